@@ -1,0 +1,26 @@
+# Every dependency is a Debian package (scripts/install-deps.sh installs them).
+find_package(PkgConfig REQUIRED)
+find_package(OpenMP REQUIRED)
+find_package(Threads REQUIRED)
+find_package(nlohmann_json 3.10 REQUIRED)
+find_package(CLI11 REQUIRED)
+pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)
+find_package(HDF5 REQUIRED COMPONENTS C)
+
+# OpenBLAS built on OpenMP, so our kernels and the BLAS share one thread pool
+# (two pools fighting over 2 cores cost PyTorch 2x here; see docs/performance.md).
+set(ASTRAI_OPENBLAS_DIR /usr/lib/x86_64-linux-gnu/openblas-openmp CACHE PATH "OpenBLAS (OpenMP flavour)")
+find_library(OPENBLAS_LIB NAMES openblas PATHS ${ASTRAI_OPENBLAS_DIR} NO_DEFAULT_PATH REQUIRED)
+find_path(OPENBLAS_INCLUDE cblas.h PATHS /usr/include/x86_64-linux-gnu/openblas-openmp NO_DEFAULT_PATH REQUIRED)
+add_library(astrai_blas INTERFACE)
+target_link_libraries(astrai_blas INTERFACE ${OPENBLAS_LIB})
+target_include_directories(astrai_blas SYSTEM INTERFACE ${OPENBLAS_INCLUDE})
+
+if(ASTRAI_BUILD_TESTS)
+  find_package(GTest REQUIRED)
+endif()
+if(ASTRAI_BUILD_BENCH)
+  find_package(benchmark REQUIRED)
+endif()
+find_program(ASTRAI_PYTHON NAMES python3 PATHS /usr/bin NO_DEFAULT_PATH)
+find_program(ASTRAI_NODE NAMES node)

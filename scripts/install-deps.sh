@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Installs every Debian package AstrAI builds, tests and benchmarks with. Idempotent.
+set -euo pipefail
+PKGS=(
+  build-essential cmake ninja-build pkg-config git ca-certificates
+  libopenblas-openmp-dev
+  nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev
+  libpcre2-dev libhdf5-dev libboost-dev
+  python3-torch python3-numpy python3-jinja2
+  curl
+)
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+# Node.js (with npm) runs the JS oracles; some images ship it from elsewhere, so check the command.
+command -v npm >/dev/null 2>&1 || missing+=(nodejs npm)
+if [ ${#missing[@]} -gt 0 ]; then
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+echo "install-deps: all ${#PKGS[@]} packages present"
