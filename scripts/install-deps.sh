@@ -7,7 +7,7 @@ PKGS=(
   nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev
   libpcre2-dev libhdf5-dev libboost-dev
   python3-torch python3-numpy python3-jinja2
-  curl
+  curl chromium
 )
 missing=()
 for p in "${PKGS[@]}"; do
