@@ -1,0 +1,153 @@
+// kernels::linear against a double-precision reference, and batch invariance (bit identity of
+// a row computed alone vs inside larger batches).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "base/error.h"
+#include "kernels/cpu/matmul.h"
+#include "tensor/dtype.h"
+
+namespace astrai::kernels {
+namespace {
+
+struct Weights {
+  DType dtype;
+  int64_t n, k;
+  std::vector<uint8_t> bytes;   // as stored
+  std::vector<double> values;   // exactly what the stored elements mean
+  WeightView view() const { return WeightView{bytes.data(), dtype, n, k}; }
+};
+
+Weights make_weights(DType dtype, int64_t n, int64_t k, std::mt19937& rng) {
+  std::normal_distribution<float> dist(0.0f, 0.5f);
+  Weights w{dtype, n, k, std::vector<uint8_t>(static_cast<size_t>(n * k) * dtype_size(dtype)), {}};
+  w.values.resize(static_cast<size_t>(n * k));
+  for (int64_t i = 0; i < n * k; ++i) {
+    const float f = dist(rng);
+    if (dtype == DType::kF32) {
+      std::memcpy(w.bytes.data() + 4 * i, &f, 4);
+      w.values[i] = f;
+    } else {
+      const uint16_t h = dtype == DType::kBF16 ? f32_to_bf16(f) : f32_to_f16(f);
+      std::memcpy(w.bytes.data() + 2 * i, &h, 2);
+      w.values[i] = dtype == DType::kBF16 ? bf16_to_f32(h) : f16_to_f32(h);
+    }
+  }
+  return w;
+}
+
+std::vector<float> random_vec(size_t n, std::mt19937& rng) {
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> v(n);
+  for (auto& f : v) f = dist(rng);
+  return v;
+}
+
+// Checks y against the double reference: |y - ref| <= tol * sum_k |x * w| (+ |bias|), the
+// natural bound for an f32 dot product of length K (error grows with sqrt(K)..K ulps).
+void expect_close(const std::vector<float>& x, int64_t m, const Weights& w, const std::vector<float>* bias,
+                  const std::vector<float>& y) {
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < w.n; ++j) {
+      double ref = 0, mag = 0;
+      for (int64_t k = 0; k < w.k; ++k) {
+        const double p = static_cast<double>(x[i * w.k + k]) * w.values[j * w.k + k];
+        ref += p;
+        mag += std::fabs(p);
+      }
+      if (bias) {
+        ref += (*bias)[j];
+        mag += std::fabs((*bias)[j]);
+      }
+      const double tol = 4e-7 * (mag + 1e-30) * (1.0 + std::sqrt(static_cast<double>(w.k)));
+      ASSERT_NEAR(y[i * w.n + j], ref, tol) << "row " << i << " col " << j << " M=" << m << " N=" << w.n
+                                            << " K=" << w.k << " dtype=" << dtype_name(w.dtype);
+    }
+  }
+}
+
+class LinearDtypeTest : public ::testing::TestWithParam<DType> {};
+
+TEST_P(LinearDtypeTest, MatchesDoubleReferenceOnRandomShapes) {
+  std::mt19937 rng(1234 + static_cast<int>(GetParam()));
+  const int64_t ks[] = {1, 7, 16, 17, 33, 64, 100, 255, 768};
+  const int64_t ns[] = {1, 3, 15, 16, 31, 48, 97, 130};
+  std::uniform_int_distribution<int> pick_k(0, std::size(ks) - 1), pick_n(0, std::size(ns) - 1);
+  for (int64_t m = 1; m <= 40; ++m) {
+    const int64_t k = ks[pick_k(rng)], n = ns[pick_n(rng)];
+    const Weights w = make_weights(GetParam(), n, k, rng);
+    const auto x = random_vec(static_cast<size_t>(m * k), rng);
+    const auto bias = random_vec(static_cast<size_t>(n), rng);
+    const bool with_bias = m % 2 == 0;
+    std::vector<float> y(static_cast<size_t>(m * n), std::nanf(""));
+    linear(x.data(), m, w.view(), with_bias ? bias.data() : nullptr, y.data());
+    expect_close(x, m, w, with_bias ? &bias : nullptr, y);
+  }
+}
+
+TEST_P(LinearDtypeTest, LargeShapesMatchReference) {
+  std::mt19937 rng(99);
+  for (const auto& [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{67, 259, 300}, {130, 77, 1031}, {512, 64, 128}}) {
+    const Weights w = make_weights(GetParam(), n, k, rng);
+    const auto x = random_vec(static_cast<size_t>(m * k), rng);
+    const auto bias = random_vec(static_cast<size_t>(n), rng);
+    std::vector<float> y(static_cast<size_t>(m * n));
+    linear(x.data(), m, w.view(), bias.data(), y.data());
+    expect_close(x, m, w, &bias, y);
+  }
+}
+
+// Row i of x computed alone (M=1), inside M=37 and inside M=512 (other rows random) must give
+// the same bits: the inference engine's greedy output depends on it.
+TEST_P(LinearDtypeTest, RowsAreBitIdenticalWhateverTheBatch) {
+  std::mt19937 rng(7);
+  for (const auto& [n, k] : {std::pair<int64_t, int64_t>{129, 203}, {768, 768}, {50, 2048}, {1000, 64}}) {
+    const Weights w = make_weights(GetParam(), n, k, rng);
+    const auto bias = random_vec(static_cast<size_t>(n), rng);
+    const auto big = random_vec(static_cast<size_t>(512 * k), rng);
+    std::vector<float> y512(static_cast<size_t>(512 * n));
+    linear(big.data(), 512, w.view(), bias.data(), y512.data());
+    for (const int64_t m : {1, 2, 3, 5, 8, 9, 37, 100}) {
+      for (const int64_t offset : {int64_t{0}, int64_t{13}, 512 - m}) {
+        if (offset + m > 512) continue;
+        std::vector<float> y(static_cast<size_t>(m * n));
+        linear(big.data() + offset * k, m, w.view(), bias.data(), y.data());
+        ASSERT_EQ(0, std::memcmp(y.data(), y512.data() + offset * n, y.size() * sizeof(float)))
+            << "M=" << m << " offset=" << offset << " N=" << n << " K=" << k;
+      }
+    }
+    // A single row inside a batch of 37 whose other rows differ.
+    for (const int64_t row : {int64_t{0}, int64_t{17}, int64_t{36}}) {
+      auto x37 = random_vec(static_cast<size_t>(37 * k), rng);
+      std::memcpy(x37.data() + row * k, big.data() + 200 * k, static_cast<size_t>(k) * sizeof(float));
+      std::vector<float> y37(static_cast<size_t>(37 * n)), y1(static_cast<size_t>(n));
+      linear(x37.data(), 37, w.view(), bias.data(), y37.data());
+      linear(big.data() + 200 * k, 1, w.view(), bias.data(), y1.data());
+      ASSERT_EQ(0, std::memcmp(y1.data(), y37.data() + row * n, y1.size() * sizeof(float))) << "row " << row;
+      ASSERT_EQ(0, std::memcmp(y1.data(), y512.data() + 200 * n, y1.size() * sizeof(float)));
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, LinearDtypeTest, ::testing::Values(DType::kF32, DType::kBF16, DType::kF16),
+                         [](const auto& info) { return std::string(dtype_name(info.param)); });
+
+TEST(Linear, ZeroKGivesBias) {
+  const float bias[3] = {1.0f, -2.0f, 3.5f};
+  float y[6];
+  linear(nullptr, 2, WeightView{nullptr, DType::kF32, 3, 0}, bias, y);
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(y[i], bias[i % 3]);
+}
+
+TEST(Linear, RejectsUnsupportedDtype) {
+  int32_t w[4] = {};
+  float x[2] = {1, 2}, y[2];
+  EXPECT_THROW(linear(x, 1, WeightView{w, DType::kI32, 2, 2}, nullptr, y), Error);
+}
+
+}  // namespace
+}  // namespace astrai::kernels
