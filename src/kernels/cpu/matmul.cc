@@ -1,31 +1,51 @@
 // kernels::linear — batch-invariant y = x · W^T (+ bias) on AVX-512.
 //
-// Reduction order (the batch-invariance contract): every output y[i, j] is computed as
-//   16 lane partial sums, lane l accumulating x[i, k] * w[j, k] for k = l, l + 16, l + 32, ...
-//   in increasing k with one fused multiply-add each (the K tail is zero-padded),
-//   then hsum16 (one fixed tree), then + bias[j].
-// Every path (any M, any tile shape, any thread count) performs exactly these operations per
-// output, so y[i, :] is bit-identical whatever M is and whatever the other rows are.
+// Reduction order (the batch-invariance contract). K is cut into fixed blocks of kKb = 256
+// (the last may be shorter). For every output y[i, j]:
+//   for each block b: 16 lane partial sums, lane l accumulating x[i, k] * w[j, k] over the
+//     block's k = l, l + 16, ... in increasing k, one fused multiply-add each (the K tail is
+//     zero-padded), reduced by one fixed tree (lane i + i+8, then i + i+4, i + i+2, i + i+1);
+//   s = p_0, s = s + p_1, ..., s = s + p_last (sequential f32 adds), then y = s + bias[j].
+// Every path (any M, any tile, packed or streamed weights, any thread count) performs exactly
+// these operations per output, so y[i, :] is bit-identical whatever M is and whatever the
+// other rows are. Tiling and threading only decide which outputs are computed together; the
+// 16 accumulators of one output never mix with another's.
+//
+// Shape of the work: a register tile of kMr rows of x × kNr = 8 rows of W holds 24
+// accumulators; each step of 16 k loads kMr + 8 vectors for 24 FMAs. Both operands are
+// contiguous along K in their natural layouts (x [M, K], W [N, K]). For many rows W is packed
+// (bf16/f16 widened to f32) per block of rows × kKb into one sequential stream that stays in
+// L2 while every row tile of x passes over it; for few rows (decode, memory-bound) W is read in
+// place, converted inside the loop, 8 rows at a time over the whole K so the prefetchers see
+// 8 sequential streams, with the rows split over the threads.
 #include "kernels/cpu/matmul.h"
 
-// GCC 12's own _mm512_cvtph_ps trips -Wmaybe-uninitialized inside its header.
+// GCC 12's AVX-512 headers (_mm512_undefined_ps) trip the uninitialized warnings.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#include <cblas.h>
 #include <immintrin.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <atomic>
+#include <vector>
 
 #include "base/error.h"
+#include "kernels/cpu/gemm_mode.h"
 
 namespace astrai::kernels {
 
 namespace {
 
-inline float hsum16(__m512 v) {
-  // Fixed tree: (lo256 + hi256), then 128-bit halves, then pairs.
-  const __m256 a = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
-  const __m128 b = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
-  const __m128 c = _mm_add_ps(b, _mm_movehl_ps(b, b));
-  const __m128 d = _mm_add_ss(c, _mm_movehdup_ps(c));
-  return _mm_cvtss_f32(d);
-}
+constexpr int kNr = 8;                // W rows per register tile
+constexpr int kMr = 3;                // x rows per register tile
+constexpr int64_t kKb = 256;          // K block of the reduction order (never tuned per shape)
+constexpr int64_t kSmallM = 8;        // up to this many rows: weights read in place
+constexpr int64_t kPackRows = 128;    // W rows per packed block (128 x 256 x 4 B = 128 KiB)
+constexpr int64_t kBlasMinRows = 16;  // non-invariant mode: BLAS from this many rows
+
+std::atomic<bool> g_batch_invariant{true};
 
 template <DType T>
 inline __m512 load_w(const void* base, int64_t k, __mmask16 mask) {
@@ -41,36 +61,248 @@ inline __m512 load_w(const void* base, int64_t k, __mmask16 mask) {
 }
 
 template <DType T>
-void linear_simple(const float* x, int64_t m, const WeightView& w, const float* bias, float* y) {
-  const int64_t n = w.rows, kk = w.cols;
-  const size_t esz = dtype_size(T);
-  const int64_t kfull = kk / 16 * 16;
-  const __mmask16 tail = static_cast<__mmask16>((1u << (kk - kfull)) - 1);
-#pragma omp parallel for schedule(static)
-  for (int64_t j = 0; j < n; ++j) {
-    const void* wr = static_cast<const uint8_t*>(w.data) + static_cast<size_t>(j) * kk * esz;
-    for (int64_t i = 0; i < m; ++i) {
-      const float* xr = x + i * kk;
-      __m512 acc = _mm512_setzero_ps();
-      int64_t k = 0;
-      for (; k < kfull; k += 16) acc = _mm512_fmadd_ps(_mm512_loadu_ps(xr + k), load_w<T>(wr, k, 0xffff), acc);
-      if (tail) acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail, xr + k), load_w<T>(wr, k, tail), acc);
-      float v = hsum16(acc);
-      if (bias) v += bias[j];
-      y[i * n + j] = v;
+inline __m512 load_w_full(const void* base, int64_t k) {
+  if constexpr (T == DType::kF32) {
+    return _mm512_loadu_ps(static_cast<const float*>(base) + k);
+  } else if constexpr (T == DType::kBF16) {
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(base) + k));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  } else {
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(base) + k));
+    return _mm512_cvtph_ps(h);
+  }
+}
+
+// out[c] = fixed-tree sum of the 16 lanes of v[c], c < 8. Lanes of different v never mix, so
+// each output's value does not depend on what the other seven inputs hold.
+inline __m256 reduce8(const __m512 (&v)[kNr]) {
+  __m512 s[4];
+  for (int p = 0; p < 4; ++p) {  // lane i + lane i+8: [v0 8 sums | v1 8 sums]
+    const __m512 lo = _mm512_shuffle_f32x4(v[2 * p], v[2 * p + 1], _MM_SHUFFLE(1, 0, 1, 0));
+    const __m512 hi = _mm512_shuffle_f32x4(v[2 * p], v[2 * p + 1], _MM_SHUFFLE(3, 2, 3, 2));
+    s[p] = _mm512_add_ps(lo, hi);
+  }
+  __m512 r[2];
+  for (int p = 0; p < 2; ++p) {  // i + i+4: blocks [A4 B4 C4 D4] / [E4 F4 G4 H4]
+    const __m512 t = _mm512_shuffle_f32x4(s[2 * p], s[2 * p + 1], _MM_SHUFFLE(2, 0, 2, 0));
+    const __m512 u = _mm512_shuffle_f32x4(s[2 * p], s[2 * p + 1], _MM_SHUFFLE(3, 1, 3, 1));
+    r[p] = _mm512_add_ps(t, u);
+  }
+  // i + i+2: per 128-bit block [X(0+2) X(1+3) Y(0+2) Y(1+3)], X = A..D, Y = E..H.
+  const __m512 q = _mm512_add_ps(_mm512_shuffle_ps(r[0], r[1], _MM_SHUFFLE(1, 0, 1, 0)),
+                                 _mm512_shuffle_ps(r[0], r[1], _MM_SHUFFLE(3, 2, 3, 2)));
+  // i + i+1.
+  const __m512 f = _mm512_add_ps(q, _mm512_permute_ps(q, _MM_SHUFFLE(2, 3, 0, 1)));
+  const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 2, 6, 10, 14, 0, 0, 0, 0, 0, 0, 0, 0);
+  return _mm512_castps512_ps256(_mm512_permutexvar_ps(order, f));
+}
+
+// Where W rows live for a tile: in place (row-major, `ld` elements apart; rows past nr alias
+// row nr-1) or packed ([k/16][8 rows][16] f32, zero-padded to whole steps).
+struct RowMajor {};
+struct Packed {};
+
+// Adds the block's contribution to y[r, c] for r < MR, c < nr (see the order above):
+// y = p (first block) or y + p, then + bias on the last block (bias may be null).
+template <int MR, DType T, typename Layout>
+void tile(const float* x, int64_t ldx, const void* w, int64_t ld, int64_t kc, int nr, float* y, int64_t ldy,
+          bool first, const float* bias) {
+  constexpr size_t esz = T == DType::kF32 ? 4 : 2;
+  const uint8_t* wrow[kNr];
+  if constexpr (std::is_same_v<Layout, RowMajor>) {
+    for (int c = 0; c < kNr; ++c) wrow[c] = static_cast<const uint8_t*>(w) + std::min(c, nr - 1) * ld * esz;
+  }
+  const float* wp = static_cast<const float*>(w);
+  __m512 acc[MR][kNr];
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 8
+    for (int c = 0; c < kNr; ++c) acc[r][c] = _mm512_setzero_ps();
+  const int64_t kfull = kc & ~int64_t{15};
+  int64_t k = 0;
+  for (; k < kfull; k += 16) {
+    __m512 xv[MR];
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; ++r) xv[r] = _mm512_loadu_ps(x + r * ldx + k);
+#pragma GCC unroll 8
+    for (int c = 0; c < kNr; ++c) {
+      __m512 wv;
+      if constexpr (std::is_same_v<Layout, RowMajor>) {
+        wv = load_w_full<T>(wrow[c], k);
+      } else {
+        wv = _mm512_loadu_ps(wp + (k / 16 * kNr + c) * 16);
+      }
+      // Keep wv in a register: folded into each FMA it would be loaded MR times.
+      asm("" : "+v"(wv));
+#pragma GCC unroll 8
+      for (int r = 0; r < MR; ++r) acc[r][c] = _mm512_fmadd_ps(xv[r], wv, acc[r][c]);
+    }
+  }
+  if (k < kc) {
+    const __mmask16 mask = static_cast<__mmask16>((1u << (kc - k)) - 1);
+    __m512 xv[MR];
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; ++r) xv[r] = _mm512_maskz_loadu_ps(mask, x + r * ldx + k);
+#pragma GCC unroll 8
+    for (int c = 0; c < kNr; ++c) {
+      __m512 wv;
+      if constexpr (std::is_same_v<Layout, RowMajor>) {
+        wv = load_w<T>(wrow[c], k, mask);
+      } else {
+        wv = _mm512_loadu_ps(wp + (k / 16 * kNr + c) * 16);
+      }
+#pragma GCC unroll 8
+      for (int r = 0; r < MR; ++r) acc[r][c] = _mm512_fmadd_ps(xv[r], wv, acc[r][c]);
+    }
+  }
+  const __mmask8 out = static_cast<__mmask8>((1u << nr) - 1);
+  const __m256 b = bias ? _mm256_maskz_loadu_ps(out, bias) : _mm256_setzero_ps();
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; ++r) {
+    __m256 s = reduce8(acc[r]);
+    if (!first) s = _mm256_add_ps(_mm256_maskz_loadu_ps(out, y + r * ldy), s);
+    if (bias) s = _mm256_add_ps(s, b);
+    _mm256_mask_storeu_ps(y + r * ldy, out, s);
+  }
+}
+
+template <DType T, typename Layout>
+using TileFn = void (*)(const float*, int64_t, const void*, int64_t, int64_t, int, float*, int64_t, bool,
+                        const float*);
+
+template <DType T, typename Layout>
+TileFn<T, Layout> tile_fn(int64_t mr) {
+  static_assert(kMr == 3);
+  return mr == 3 ? &tile<3, T, Layout> : mr == 2 ? &tile<2, T, Layout> : &tile<1, T, Layout>;
+}
+
+// dst[k] = float(src[k]) for k < count (exact for bf16 and f16).
+template <DType T>
+void pack_row(const void* src, int64_t count, float* dst) {
+  int64_t k = 0;
+  for (; k + 16 <= count; k += 16) _mm512_storeu_ps(dst + k, load_w_full<T>(src, k));
+  if (k < count) {
+    const __mmask16 mask = static_cast<__mmask16>((1u << (count - k)) - 1);
+    _mm512_mask_storeu_ps(dst + k, mask, load_w<T>(src, k, mask));
+  }
+}
+
+// Packs W rows [0, rows) × k in [k0, k0 + kc) (W row-major, ld elements per row, dtype T) into
+// groups of 8 rows laid out [k/16][8][16] f32; steps past kc and rows past `rows` are zero.
+template <DType T>
+void pack_block(const void* w, int64_t ld, int64_t rows, int64_t k0, int64_t kc, float* dst) {
+  constexpr size_t esz = T == DType::kF32 ? 4 : 2;
+  const int64_t steps = (kc + 15) / 16;
+  for (int64_t g = 0; g < rows; g += kNr) {
+    float* gd = dst + g * steps * 16;
+    for (int c = 0; c < kNr; ++c) {
+      if (g + c >= rows) {
+        for (int64_t s = 0; s < steps; ++s) _mm512_storeu_ps(gd + (s * kNr + c) * 16, _mm512_setzero_ps());
+        continue;
+      }
+      const uint8_t* src = static_cast<const uint8_t*>(w) + ((g + c) * ld + k0) * esz;
+      int64_t s = 0;
+      for (; s < kc / 16; ++s) _mm512_storeu_ps(gd + (s * kNr + c) * 16, load_w_full<T>(src, s * 16));
+      if (s < steps) {
+        const __mmask16 mask = static_cast<__mmask16>((1u << (kc - s * 16)) - 1);
+        _mm512_storeu_ps(gd + (s * kNr + c) * 16, load_w<T>(src, s * 16, mask));
+      }
     }
   }
 }
 
+template <DType T>
+void linear_invariant(const float* x, int64_t m, const WeightView& w, const float* bias, float* y) {
+  const int64_t n = w.rows, kk = w.cols;
+  constexpr size_t esz = T == DType::kF32 ? 4 : 2;
+  const uint8_t* wb = static_cast<const uint8_t*>(w.data);
+  const bool pack = m > kSmallM;
+  const int64_t groups = (n + kNr - 1) / kNr;
+#pragma omp parallel
+  {
+    const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+    // A contiguous share of whole 8-row groups per thread (the partition never affects values).
+    const int64_t r0 = std::min(n, groups * t / nt * kNr), r1 = std::min(n, groups * (t + 1) / nt * kNr);
+    thread_local std::vector<float> packed;
+    if (pack && r0 < r1) packed.resize(static_cast<size_t>(kPackRows * kKb));
+    const int64_t nc = pack ? kPackRows : kNr;
+    for (int64_t nb0 = r0; nb0 < r1; nb0 += nc) {
+      const int64_t nb1 = std::min(r1, nb0 + nc);
+      for (int64_t k0 = 0; k0 < kk; k0 += kKb) {
+        const int64_t kc = std::min(kKb, kk - k0);
+        const bool first = k0 == 0, last = k0 + kc == kk;
+        if (pack) pack_block<T>(wb + nb0 * kk * esz, kk, nb1 - nb0, k0, kc, packed.data());
+        const int64_t steps = (kc + 15) / 16;
+        for (int64_t i = 0; i < m; i += kMr) {
+          const int64_t mr = std::min<int64_t>(kMr, m - i);
+          for (int64_t j = nb0; j < nb1; j += kNr) {
+            const int nr = static_cast<int>(std::min<int64_t>(kNr, nb1 - j));
+            const float* bj = last && bias ? bias + j : nullptr;
+            if (pack) {
+              tile_fn<DType::kF32, Packed>(mr)(x + i * kk + k0, kk, packed.data() + (j - nb0) * steps * 16, 0, kc,
+                                               nr, y + i * n + j, n, first, bj);
+            } else {
+              tile_fn<T, RowMajor>(mr)(x + i * kk + k0, kk, wb + (j * kk + k0) * esz, kk, kc, nr, y + i * n + j, n,
+                                       first, bj);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// Non-invariant mode, many rows: cblas_sgemm (bf16/f16 weights widened per block of rows).
+template <DType T>
+void linear_blas(const float* x, int64_t m, const WeightView& w, const float* bias, float* y) {
+  const int64_t n = w.rows, kk = w.cols;
+  if constexpr (T == DType::kF32) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(m), static_cast<int>(n),
+                static_cast<int>(kk), 1.0f, x, static_cast<int>(kk), static_cast<const float*>(w.data),
+                static_cast<int>(kk), 0.0f, y, static_cast<int>(n));
+  } else {
+    const int64_t rows = std::max<int64_t>(64, (int64_t{4} << 20) / std::max<int64_t>(1, kk * 4));
+    std::vector<float> wf(static_cast<size_t>(std::min(rows, n) * kk));
+    for (int64_t j0 = 0; j0 < n; j0 += rows) {
+      const int64_t nr = std::min(rows, n - j0);
+      const uint8_t* src = static_cast<const uint8_t*>(w.data) + j0 * kk * 2;
+#pragma omp parallel for schedule(static)
+      for (int64_t r = 0; r < nr; ++r) pack_row<T>(src + r * kk * 2, kk, wf.data() + r * kk);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(m), static_cast<int>(nr),
+                  static_cast<int>(kk), 1.0f, x, static_cast<int>(kk), wf.data(), static_cast<int>(kk), 0.0f, y + j0,
+                  static_cast<int>(n));
+    }
+  }
+  if (bias) {
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) y[i * n + j] += bias[j];
+  }
+}
+
+template <DType T>
+void linear_typed(const float* x, int64_t m, const WeightView& w, const float* bias, float* y) {
+  if (w.cols == 0) {  // empty reduction: y = bias (or 0)
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < w.rows; ++j) y[i * w.rows + j] = bias ? bias[j] : 0.0f;
+    return;
+  }
+  if (!g_batch_invariant.load(std::memory_order_relaxed) && m >= kBlasMinRows) return linear_blas<T>(x, m, w, bias, y);
+  linear_invariant<T>(x, m, w, bias, y);
+}
+
 }  // namespace
+
+void set_batch_invariant(bool on) { g_batch_invariant.store(on, std::memory_order_relaxed); }
+bool batch_invariant() { return g_batch_invariant.load(std::memory_order_relaxed); }
 
 void linear(const float* x, int64_t m, const WeightView& w, const float* bias, float* y) {
   ASTRAI_CHECK(m >= 0 && w.rows >= 0 && w.cols >= 0, "linear: negative shape");
   if (m == 0 || w.rows == 0) return;
   switch (w.dtype) {
-    case DType::kF32: return linear_simple<DType::kF32>(x, m, w, bias, y);
-    case DType::kBF16: return linear_simple<DType::kBF16>(x, m, w, bias, y);
-    case DType::kF16: return linear_simple<DType::kF16>(x, m, w, bias, y);
+    case DType::kF32: return linear_typed<DType::kF32>(x, m, w, bias, y);
+    case DType::kBF16: return linear_typed<DType::kBF16>(x, m, w, bias, y);
+    case DType::kF16: return linear_typed<DType::kF16>(x, m, w, bias, y);
     default: fail("linear: unsupported weight dtype ", dtype_name(w.dtype));
   }
 }
