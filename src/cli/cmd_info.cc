@@ -1,0 +1,94 @@
+// `astrai info`: what a checkpoint is and what it costs in memory.
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <string>
+
+#include "base/error.h"
+#include "base/json.h"
+#include "cli/command.h"
+#include "model/transformer.h"
+
+namespace astrai::cli {
+
+namespace {
+
+struct InfoOptions {
+  std::string model;
+  bool json = false;
+};
+
+// Resident set of this process in bytes (Linux), -1 if unknown.
+int64_t resident_bytes() {
+  std::ifstream in("/proc/self/status");
+  std::string key;
+  while (in >> key) {
+    if (key == "VmRSS:") {
+      int64_t kb = 0;
+      in >> kb;
+      return kb * 1024;
+    }
+    std::string rest;
+    std::getline(in, rest);
+  }
+  return -1;
+}
+
+std::string human(double bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (bytes >= 1024 && u < 4) {
+    bytes /= 1024;
+    ++u;
+  }
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.2f %s", bytes, units[u]);
+  return buf;
+}
+
+void run_info(const InfoOptions& o) {
+  const model::Transformer m = model::Transformer::load(o.model);
+  const model::ModelConfig& c = m.config();
+  std::map<std::string, int64_t> dtype_params;
+  for (const auto& p : m.weights().params(c)) dtype_params[std::string(dtype_name(p.tensor->dtype()))] += p.tensor->numel();
+  const int64_t rss = resident_bytes();
+  if (o.json) {
+    Json j;
+    j["config"] = c.to_json();
+    j["summary"] = c.summary();
+    j["parameters"] = m.num_parameters();
+    j["weight_bytes"] = m.weight_bytes();
+    j["mapped_bytes"] = m.mapped_bytes();
+    j["dtypes"] = dtype_params;
+    j["kv_bytes_per_token"] = m.kv_bytes_per_token();
+    j["resident_bytes"] = rss;
+    std::cout << j.dump(2) << "\n";
+    return;
+  }
+  std::printf("model:        %s\n", o.model.c_str());
+  std::printf("architecture: %s\n", c.summary().c_str());
+  std::printf("parameters:   %lld (%.1f M)\n", static_cast<long long>(m.num_parameters()), m.num_parameters() / 1e6);
+  std::printf("dtypes:      ");
+  for (const auto& [name, n] : dtype_params) std::printf(" %s %lld params", name.c_str(), static_cast<long long>(n));
+  std::printf("\n");
+  std::printf("weights:      %s (%s memory-mapped, shared with the page cache)\n",
+              human(static_cast<double>(m.weight_bytes())).c_str(), human(static_cast<double>(m.mapped_bytes())).c_str());
+  std::printf("KV cache:     %s per token (f32, all layers)\n", human(static_cast<double>(m.kv_bytes_per_token())).c_str());
+  std::printf("context:      %lld positions\n", static_cast<long long>(c.max_position_embeddings));
+  if (rss >= 0) std::printf("resident:     %s after loading (mapped pages are read on first use)\n", human(rss).c_str());
+}
+
+void setup_info(CLI::App& app) {
+  auto opts = std::make_shared<InfoOptions>();
+  CLI::App* cmd = app.add_subcommand("info", "Architecture, parameter count and memory use of a model");
+  cmd->add_option("--model", opts->model, "Model directory (config.json + safetensors)")->required();
+  cmd->add_flag("--json", opts->json, "Machine-readable output");
+  cmd->callback([opts] { run_info(*opts); });
+}
+
+const bool kRegistered = register_command(&setup_info);
+
+}  // namespace
+
+}  // namespace astrai::cli

@@ -1,0 +1,53 @@
+// Causal attention of the inference forward over a packed ragged batch, reading K/V either
+// from the batch's own rows (no cache) or through per-sequence page tables (paged cache),
+// without gathering them into a contiguous copy.
+//
+// Batch invariance: the output of (token, head) is computed by the same operations in the
+// same order whatever the other sequences, the chunking of the prefill or the K/V source:
+// scores for key positions 0..L-1 in increasing order, softmax with a fixed-order sum, then
+// the weighted sum of V rows in increasing position order.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace astrai::kernels {
+
+struct AttentionDims {
+  int64_t num_heads = 0;
+  int64_t num_kv_heads = 0;  // query head h reads kv head h / (num_heads / num_kv_heads)
+  int64_t qk_dim = 0;
+  int64_t v_dim = 0;
+  float scale = 1.0f;  // applied to q . k
+};
+
+struct AttentionSeq {
+  int32_t token_begin = 0;  // first new token of the sequence in q/out rows
+  int32_t num_tokens = 0;
+  int32_t context_len = 0;  // cached positions before the new tokens (paged mode only)
+  const int32_t* page_table = nullptr;  // paged mode: page ids for positions [0, context_len + num_tokens)
+};
+
+// Where K/V rows live. Row stride is num_kv_heads * dim in both modes.
+//   page_size == 0: k[T, kv_heads, qk_dim], v[T, kv_heads, v_dim] hold the batch's own new
+//     tokens; position i of a sequence is row token_begin + i (context_len must be 0).
+//   page_size > 0: position i is in page page_table[i / page_size], slot i % page_size, i.e.
+//     k + ((page * page_size + slot) * kv_heads + h) * qk_dim.
+struct KvSource {
+  const float* k = nullptr;
+  const float* v = nullptr;
+  int32_t page_size = 0;
+};
+
+// Per-thread scratch, grown on demand outside the parallel region and then reused.
+struct AttentionScratch {
+  std::vector<float> buf;
+};
+
+// q [T, num_heads, qk_dim], out [T, num_heads, v_dim]; token_seq[t] = index into seqs of
+// token t's sequence (tokens not covered by a sequence are left untouched).
+void attention(const float* q, const KvSource& kv, const AttentionSeq* seqs, int64_t num_seqs,
+               const int32_t* token_seq, int64_t num_tokens, const AttentionDims& d, float* out,
+               AttentionScratch& scratch);
+
+}  // namespace astrai::kernels

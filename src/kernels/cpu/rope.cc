@@ -1,0 +1,51 @@
+#include "kernels/cpu/rope.h"
+
+#include <cmath>
+
+namespace astrai::kernels {
+
+void rope_sincos(const double* inv_freq, int64_t half, const int32_t* positions, int64_t n, bool f32_angle,
+                 float* cos, float* sin) {
+#pragma omp parallel for schedule(static) if (n * half > (1 << 14))
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t f = 0; f < half; ++f) {
+      double a;
+      if (f32_angle) {
+        a = static_cast<double>(static_cast<float>(positions[i]) * static_cast<float>(inv_freq[f]));
+      } else {
+        a = static_cast<double>(positions[i]) * inv_freq[f];
+      }
+      cos[i * half + f] = static_cast<float>(std::cos(a));
+      sin[i * half + f] = static_cast<float>(std::sin(a));
+    }
+  }
+}
+
+void rope_rotate(float* x, int64_t tokens, int64_t heads, int64_t head_stride, int64_t rot_offset, int64_t half,
+                 const float* cos, const float* sin, bool adjacent) {
+#pragma omp parallel for schedule(static) if (tokens * heads * half > (1 << 15))
+  for (int64_t i = 0; i < tokens; ++i) {
+    const float* c = cos + i * half;
+    const float* s = sin + i * half;
+    for (int64_t h = 0; h < heads; ++h) {
+      float* v = x + (i * heads + h) * head_stride + rot_offset;
+      if (adjacent) {
+        for (int64_t f = 0; f < half; ++f) {
+          const float a = v[2 * f], b = v[2 * f + 1];
+          v[2 * f] = a * c[f] - b * s[f];
+          v[2 * f + 1] = a * s[f] + b * c[f];
+        }
+      } else {
+        float* lo = v;
+        float* hi = v + half;
+        for (int64_t f = 0; f < half; ++f) {
+          const float a = lo[f], b = hi[f];
+          lo[f] = a * c[f] - b * s[f];
+          hi[f] = b * c[f] + a * s[f];
+        }
+      }
+    }
+  }
+}
+
+}  // namespace astrai::kernels

@@ -1,0 +1,87 @@
+// ModelConfig: the architecture of a decoder-only transformer, read from a Hugging Face
+// `config.json`. One struct covers every supported family; the loader fills the family
+// defaults (bias, qk-norm placement, RoPE pairing) so the forward pass only reads flags.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "base/json.h"
+
+namespace astrai::model {
+
+// How RoPE pairs the dimensions it rotates. kHalf: Hugging Face Llama/Qwen/Mistral rotate
+// dimension i with i + d/2. kAdjacent: the reference AstrAI rotates (2i, 2i+1).
+enum class RopePairing { kHalf, kAdjacent };
+
+enum class RopeScalingType { kNone, kLinear, kDynamic, kLlama3 };
+
+struct RopeScaling {
+  RopeScalingType type = RopeScalingType::kNone;
+  double factor = 1.0;
+  // llama3: the context the frequencies were trained for and the band edges.
+  double low_freq_factor = 1.0;
+  double high_freq_factor = 4.0;
+  int64_t original_max_position_embeddings = 0;
+};
+
+enum class AttentionKind { kGqa, kMla };
+
+struct ModelConfig {
+  std::string model_type;  // llama, mistral, qwen2, qwen3, autoregressive_lm
+  int64_t vocab_size = 0;
+  int64_t hidden_size = 0;
+  int64_t intermediate_size = 0;
+  int64_t num_hidden_layers = 0;
+  int64_t num_attention_heads = 0;
+  int64_t num_key_value_heads = 0;
+  int64_t head_dim = 0;  // GQA head width (q, k and v)
+  int64_t max_position_embeddings = 0;
+  double rms_norm_eps = 1e-6;
+  double rope_theta = 10000.0;
+  RopeScaling rope_scaling;
+  RopePairing rope_pairing = RopePairing::kHalf;
+  bool tie_word_embeddings = false;
+
+  bool qkv_bias = false;  // q/k/v projections carry a bias (qwen2, llama attention_bias)
+  bool o_bias = false;    // o_proj carries a bias (llama attention_bias)
+  bool mlp_bias = false;  // gate/up/down carry biases (llama mlp_bias)
+  bool qk_norm = false;   // RMSNorm over head_dim on q and k (qwen3, autoregressive_lm use_qk_norm)
+  bool qk_norm_after_rope = false;  // reference AstrAI order; qwen3 normalises before RoPE
+  bool gated_attention = false;     // attn_out * sigmoid(gate(x)) before o_proj
+
+  AttentionKind attention = AttentionKind::kGqa;
+  // MLA (autoregressive_lm with kv_lora_rank > 0).
+  int64_t kv_lora_rank = 0;
+  int64_t qk_nope_head_dim = 0;
+  int64_t qk_rope_head_dim = 0;
+  int64_t v_head_dim = 0;
+
+  std::vector<int32_t> eos_token_ids;  // may be empty
+  int32_t bos_token_id = -1;           // -1 when absent
+
+  bool is_mla() const { return attention == AttentionKind::kMla; }
+  // Widths of one head of q/k (what the dot product runs over) and of v.
+  int64_t qk_head_dim() const { return is_mla() ? qk_nope_head_dim + qk_rope_head_dim : head_dim; }
+  int64_t v_dim() const { return is_mla() ? v_head_dim : head_dim; }
+  // Dimensions of each q/k head that RoPE rotates: the trailing qk_rope_head_dim for MLA,
+  // the whole head otherwise.
+  int64_t rope_dim() const { return is_mla() ? qk_rope_head_dim : head_dim; }
+  int64_t kv_groups() const { return num_attention_heads / num_key_value_heads; }
+
+  // Parses and validates; `where` names the file in error messages.
+  static ModelConfig from_json(const Json& j, const std::string& where = "config.json");
+  // Reads DIR/config.json.
+  static ModelConfig load(const std::string& dir);
+  // Hugging Face field names; from_json(to_json()) gives back the same config.
+  Json to_json() const;
+  // Throws astrai::Error if the fields contradict each other.
+  void validate(const std::string& where) const;
+  // One line: "llama: 12 layers, hidden 768, heads 12/4 x 64, ..."
+  std::string summary() const;
+};
+
+const char* rope_scaling_name(RopeScalingType t);
+
+}  // namespace astrai::model

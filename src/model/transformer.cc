@@ -1,0 +1,334 @@
+#include "model/transformer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numbers>
+
+#include "base/error.h"
+#include "kernels/cpu/activation.h"
+#include "kernels/cpu/embedding.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/rmsnorm.h"
+#include "kernels/cpu/rope.h"
+
+namespace astrai::model {
+
+namespace {
+
+// Hugging Face families compute the RoPE tables in f32 (and so do we, to give the same
+// logits); the reference AstrAI computes them in float64 and rounds the cos/sin.
+bool hf_rope_precision(const ModelConfig& c) { return c.model_type != "autoregressive_lm"; }
+
+Tensor f32_vector(const Tensor& t) {
+  if (!t.defined() || t.dtype() == DType::kF32) return t;
+  return t.to(DType::kF32);
+}
+
+const float* ptr(const Tensor& t) { return t.defined() ? t.data<float>() : nullptr; }
+
+template <typename T>
+T* grow(std::vector<T>& v, int64_t n) {
+  if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
+  return v.data();
+}
+
+void linear(const float* x, int64_t m, const Tensor& w, const Tensor& bias, float* y) {
+  kernels::linear(x, m, kernels::weight_view(w), ptr(bias), y);
+}
+
+}  // namespace
+
+std::vector<double> rope_inv_freq(const ModelConfig& c, int64_t seq_len) {
+  const int64_t dim = c.rope_dim();
+  const int64_t half = dim / 2;
+  const RopeScaling& rs = c.rope_scaling;
+  double base = c.rope_theta;
+  if (rs.type == RopeScalingType::kDynamic) {
+    const double orig = static_cast<double>(rs.original_max_position_embeddings);
+    const double len = std::max<double>(static_cast<double>(seq_len), orig);
+    base = base * std::pow(rs.factor * len / orig - (rs.factor - 1.0),
+                           static_cast<double>(dim) / static_cast<double>(dim - 2));
+  }
+  std::vector<double> inv(static_cast<size_t>(half));
+  const bool f32 = hf_rope_precision(c);
+  for (int64_t i = 0; i < half; ++i) {
+    if (f32) {
+      // 1.0 / (base ** (arange(0, dim, 2).float() / dim)), every step in f32.
+      const float e = static_cast<float>(2 * i) / static_cast<float>(dim);
+      const float p = static_cast<float>(std::pow(static_cast<double>(static_cast<float>(base)), static_cast<double>(e)));
+      inv[static_cast<size_t>(i)] = 1.0f / p;
+    } else {
+      inv[static_cast<size_t>(i)] = std::pow(base, -static_cast<double>(2 * i) / static_cast<double>(dim));
+    }
+  }
+  if (rs.type == RopeScalingType::kLinear) {
+    for (auto& f : inv) f = f32 ? static_cast<float>(static_cast<float>(f) / static_cast<float>(rs.factor)) : f / rs.factor;
+  } else if (rs.type == RopeScalingType::kLlama3) {
+    const double old_len = static_cast<double>(rs.original_max_position_embeddings);
+    const double low_wavelen = old_len / rs.low_freq_factor;
+    const double high_wavelen = old_len / rs.high_freq_factor;
+    for (auto& f : inv) {
+      const double wavelen = 2.0 * std::numbers::pi / f;
+      double v = f;
+      if (wavelen > low_wavelen) {
+        v = f / rs.factor;
+      } else if (!(wavelen < high_wavelen)) {  // medium band: interpolate
+        const double smooth = (old_len / wavelen - rs.low_freq_factor) / (rs.high_freq_factor - rs.low_freq_factor);
+        v = (1.0 - smooth) * f / rs.factor + smooth * f;
+      }
+      f = f32 ? static_cast<double>(static_cast<float>(v)) : v;
+    }
+  }
+  return inv;
+}
+
+Transformer::Transformer(ModelConfig config, ModelWeights weights)
+    : config_(std::move(config)), weights_(std::move(weights)) {
+  config_.validate("model config");
+  // Re-check shapes and dtypes through the same path a checkpoint takes.
+  TensorMap named;
+  for (const auto& p : weights_.params(config_)) {
+    ASTRAI_CHECK(p.tensor->defined(), "model weights: parameter \"", p.name, "\" is not set");
+    ASTRAI_CHECK(p.tensor->device() == Device::kCpu, "model weights: parameter \"", p.name, "\" is not on the CPU");
+    named.emplace(p.name, *p.tensor);
+  }
+  weights_ = ModelWeights::from_tensors(config_, named, "model weights");
+  for (const auto& l : weights_.layers) {
+    LayerVectors v;
+    v.input_norm = f32_vector(l.input_layernorm);
+    v.post_norm = f32_vector(l.post_attention_layernorm);
+    v.q_bias = f32_vector(l.q_bias);
+    v.k_bias = f32_vector(l.k_bias);
+    v.v_bias = f32_vector(l.v_bias);
+    v.o_bias = f32_vector(l.o_bias);
+    v.q_norm = f32_vector(l.q_norm);
+    v.k_norm = f32_vector(l.k_norm);
+    v.kv_norm = f32_vector(l.kv_norm);
+    v.gate_bias = f32_vector(l.gate_proj_bias);
+    v.up_bias = f32_vector(l.up_proj_bias);
+    v.down_bias = f32_vector(l.down_proj_bias);
+    vectors_.push_back(std::move(v));
+  }
+  final_norm_ = f32_vector(weights_.norm);
+  for (const auto& p : weights_.params(config_))
+    if (p.tensor->is_mapped()) mapped_bytes_ += p.tensor->nbytes();
+}
+
+Transformer Transformer::load(const std::string& dir) {
+  Checkpoint ck = load_checkpoint(dir);
+  return Transformer(std::move(ck.config), std::move(ck.weights));
+}
+
+PagedKv Transformer::kv_geometry(int32_t page_size) const {
+  PagedKv kv;
+  kv.page_size = page_size;
+  kv.num_kv_heads = static_cast<int32_t>(config_.num_key_value_heads);
+  kv.k_head_dim = static_cast<int32_t>(config_.qk_head_dim());
+  kv.v_head_dim = static_cast<int32_t>(config_.v_dim());
+  return kv;
+}
+
+int64_t Transformer::kv_bytes_per_token() const {
+  return config_.num_hidden_layers * config_.num_key_value_heads * (config_.qk_head_dim() + config_.v_dim()) *
+         static_cast<int64_t>(sizeof(float));
+}
+
+void Transformer::validate_batch(const Batch& b, const PagedKv* kv) const {
+  const int64_t t = b.num_tokens();
+  ASTRAI_CHECK(b.positions.size() == b.tokens.size(), "batch: ", b.positions.size(), " positions for ", t, " tokens");
+  for (int64_t i = 0; i < t; ++i) {
+    const int32_t id = b.tokens[static_cast<size_t>(i)];
+    if (id < 0 || id >= config_.vocab_size)
+      fail("token id ", id, " at batch row ", i, " is outside the vocabulary [0, ", config_.vocab_size, ")");
+    ASTRAI_CHECK(b.positions[static_cast<size_t>(i)] >= 0, "batch: negative position at row ", i);
+  }
+  if (kv != nullptr) {
+    ASTRAI_CHECK(kv->page_size > 0, "paged KV: page_size must be positive");
+    ASTRAI_CHECK(kv->num_kv_heads == config_.num_key_value_heads && kv->k_head_dim == config_.qk_head_dim() &&
+                     kv->v_head_dim == config_.v_dim(),
+                 "paged KV: geometry (kv heads ", kv->num_kv_heads, ", k ", kv->k_head_dim, ", v ", kv->v_head_dim,
+                 ") does not match the model (", config_.num_key_value_heads, ", ", config_.qk_head_dim(), ", ",
+                 config_.v_dim(), ")");
+    ASTRAI_CHECK(static_cast<int64_t>(kv->k_pages.size()) == config_.num_hidden_layers &&
+                     static_cast<int64_t>(kv->v_pages.size()) == config_.num_hidden_layers,
+                 "paged KV: need one page base per layer (", config_.num_hidden_layers, ")");
+    for (int64_t l = 0; l < config_.num_hidden_layers; ++l)
+      ASTRAI_CHECK(kv->k_pages[static_cast<size_t>(l)] && kv->v_pages[static_cast<size_t>(l)],
+                   "paged KV: null page base for layer ", l);
+  }
+  int64_t next = 0;
+  for (size_t s = 0; s < b.seqs.size(); ++s) {
+    const SeqSpan& sp = b.seqs[s];
+    ASTRAI_CHECK(sp.token_begin == next && sp.num_tokens >= 0 && next + sp.num_tokens <= t, "batch: sequence ", s,
+                 " covers rows [", sp.token_begin, ", ", sp.token_begin + sp.num_tokens,
+                 ") but sequences must tile the tokens in order (next row ", next, " of ", t, ")");
+    next += sp.num_tokens;
+    ASTRAI_CHECK(sp.context_len >= 0, "batch: sequence ", s, " has negative context_len");
+    if (kv == nullptr) {
+      ASTRAI_CHECK(sp.context_len == 0, "batch: sequence ", s, " has context_len ", sp.context_len,
+                   " but the forward runs without a KV cache");
+    } else {
+      const int64_t len = static_cast<int64_t>(sp.context_len) + sp.num_tokens;
+      const int64_t pages = (len + kv->page_size - 1) / kv->page_size;
+      ASTRAI_CHECK(static_cast<int64_t>(sp.page_table.size()) >= pages, "batch: sequence ", s, " needs ", pages,
+                   " pages for ", len, " positions but its page table has ", sp.page_table.size());
+      for (int64_t p = 0; p < pages; ++p)
+        ASTRAI_CHECK(sp.page_table[static_cast<size_t>(p)] >= 0, "batch: sequence ", s, " has a negative page id");
+    }
+  }
+  ASTRAI_CHECK(next == t, "batch: sequences cover ", next, " of ", t, " tokens");
+  for (size_t i = 0; i < b.logit_rows.size(); ++i)
+    ASTRAI_CHECK(b.logit_rows[i] >= 0 && b.logit_rows[i] < t, "batch: logit row ", b.logit_rows[i],
+                 " is outside [0, ", t, ")");
+}
+
+void Transformer::rope_tables(const Batch& b, ForwardWorkspace& ws) const {
+  const int64_t half = config_.rope_dim() / 2;
+  const int64_t t = b.num_tokens();
+  float* cos = grow(ws.cos_, t * half);
+  float* sin = grow(ws.sin_, t * half);
+  const bool f32 = hf_rope_precision(config_);
+  const bool dynamic = config_.rope_scaling.type == RopeScalingType::kDynamic;
+  if (!dynamic && static_cast<int64_t>(ws.inv_freq_.size()) != half) ws.inv_freq_ = rope_inv_freq(config_, 0);
+  for (const SeqSpan& sp : b.seqs) {
+    if (sp.num_tokens == 0) continue;
+    const int32_t* pos = b.positions.data() + sp.token_begin;
+    if (dynamic) {
+      // Hugging Face rescales by the longest position of the forward call; per sequence
+      // here, so a sequence's logits never depend on what else is batched.
+      const int32_t max_pos = *std::max_element(pos, pos + sp.num_tokens);
+      ws.inv_freq_ = rope_inv_freq(config_, static_cast<int64_t>(max_pos) + 1);
+    }
+    kernels::rope_sincos(ws.inv_freq_.data(), half, pos, sp.num_tokens, f32, cos + sp.token_begin * half,
+                         sin + sp.token_begin * half);
+  }
+  if (dynamic) ws.inv_freq_.clear();
+}
+
+void Transformer::attention_block(int64_t layer, const Batch& b, const PagedKv* kv, ForwardWorkspace& ws) const {
+  const ModelConfig& c = config_;
+  const LayerWeights& w = weights_.layers[static_cast<size_t>(layer)];
+  const LayerVectors& vec = vectors_[static_cast<size_t>(layer)];
+  const int64_t t = b.num_tokens();
+  const int64_t nh = c.num_attention_heads, nkv = c.num_key_value_heads;
+  const int64_t qkd = c.qk_head_dim(), vd = c.v_dim();
+  const int64_t half = c.rope_dim() / 2;
+  const int64_t rot_offset = qkd - c.rope_dim();
+  const bool adjacent = c.rope_pairing == RopePairing::kAdjacent;
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  float* q = grow(ws.q_, t * nh * qkd);
+  float* k = grow(ws.k_, t * nkv * qkd);
+  float* v = grow(ws.v_, t * nkv * vd);
+  const float* xn = ws.xn_.data();
+
+  linear(xn, t, w.q_proj, vec.q_bias, q);
+  if (c.is_mla()) {
+    const int64_t rank = c.kv_lora_rank;
+    const int64_t row = c.qk_nope_head_dim + c.qk_rope_head_dim + vd;
+    float* latent = grow(ws.latent_, t * rank);
+    float* kvb = grow(ws.kvb_, t * nkv * row);
+    linear(xn, t, w.kv_a_proj, Tensor(), latent);
+    kernels::rmsnorm(latent, t, rank, vec.kv_norm.data<float>(), eps, latent);
+    linear(latent, t, w.kv_b_proj, Tensor(), kvb);
+    for (int64_t i = 0; i < t * nkv; ++i) {
+      std::memcpy(k + i * qkd, kvb + i * row, static_cast<size_t>(qkd) * sizeof(float));
+      std::memcpy(v + i * vd, kvb + i * row + qkd, static_cast<size_t>(vd) * sizeof(float));
+    }
+  } else {
+    linear(xn, t, w.k_proj, vec.k_bias, k);
+    linear(xn, t, w.v_proj, vec.v_bias, v);
+  }
+  auto qk_norm = [&] {
+    kernels::rmsnorm(q, t * nh, qkd, vec.q_norm.data<float>(), eps, q);
+    kernels::rmsnorm(k, t * nkv, qkd, vec.k_norm.data<float>(), eps, k);
+  };
+  if (c.qk_norm && !c.qk_norm_after_rope) qk_norm();
+  kernels::rope_rotate(q, t, nh, qkd, rot_offset, half, ws.cos_.data(), ws.sin_.data(), adjacent);
+  kernels::rope_rotate(k, t, nkv, qkd, rot_offset, half, ws.cos_.data(), ws.sin_.data(), adjacent);
+  if (c.qk_norm && c.qk_norm_after_rope) qk_norm();
+
+  kernels::KvSource src;
+  if (kv != nullptr) {
+    float* kp = kv->k_pages[static_cast<size_t>(layer)];
+    float* vp = kv->v_pages[static_cast<size_t>(layer)];
+    const int64_t ps = kv->page_size;
+    for (const SeqSpan& sp : b.seqs) {
+      for (int64_t j = 0; j < sp.num_tokens; ++j) {
+        const int64_t idx = sp.context_len + j;
+        const int64_t slot = static_cast<int64_t>(sp.page_table[static_cast<size_t>(idx / ps)]) * ps + idx % ps;
+        const int64_t row = sp.token_begin + j;
+        std::memcpy(kp + slot * nkv * qkd, k + row * nkv * qkd, static_cast<size_t>(nkv * qkd) * sizeof(float));
+        std::memcpy(vp + slot * nkv * vd, v + row * nkv * vd, static_cast<size_t>(nkv * vd) * sizeof(float));
+      }
+    }
+    src = kernels::KvSource{kp, vp, kv->page_size};
+  } else {
+    src = kernels::KvSource{k, v, 0};
+  }
+  const kernels::AttentionDims dims{nh, nkv, qkd, vd, static_cast<float>(1.0 / std::sqrt(static_cast<double>(qkd)))};
+  float* attn = grow(ws.attn_, t * nh * vd);
+  kernels::attention(q, src, ws.seqs_.data(), static_cast<int64_t>(ws.seqs_.size()), ws.token_seq_.data(), t, dims,
+                     attn, ws.attn_scratch_);
+  if (c.gated_attention) {
+    float* g = grow(ws.gate_, t * nh * vd);
+    linear(xn, t, w.gate, Tensor(), g);
+    kernels::mul_sigmoid(attn, g, t * nh * vd);
+  }
+  float* proj = grow(ws.out_rows_, t * c.hidden_size);
+  linear(attn, t, w.o_proj, vec.o_bias, proj);
+  kernels::add_inplace(ws.x_.data(), proj, t * c.hidden_size);
+}
+
+void Transformer::forward(const Batch& b, const PagedKv* kv, ForwardWorkspace& ws, float* logits) const {
+  validate_batch(b, kv);
+  const ModelConfig& c = config_;
+  const int64_t t = b.num_tokens();
+  if (t == 0) return;
+  const int64_t h = c.hidden_size, f = c.intermediate_size;
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  const int64_t rows = b.logit_rows.empty() ? t : static_cast<int64_t>(b.logit_rows.size());
+  float* x = grow(ws.x_, t * h);
+  float* xn = grow(ws.xn_, std::max(t, rows) * h);
+
+  int32_t* token_seq = grow(ws.token_seq_, t);
+  ws.seqs_.clear();
+  for (size_t s = 0; s < b.seqs.size(); ++s) {
+    const SeqSpan& sp = b.seqs[s];
+    ws.seqs_.push_back(kernels::AttentionSeq{sp.token_begin, sp.num_tokens, kv ? sp.context_len : 0,
+                                             kv ? sp.page_table.data() : nullptr});
+    std::fill(token_seq + sp.token_begin, token_seq + sp.token_begin + sp.num_tokens, static_cast<int32_t>(s));
+  }
+  rope_tables(b, ws);
+  kernels::embedding(weights_.embed_tokens.raw(), weights_.embed_tokens.dtype(), h, b.tokens.data(), t, x);
+
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    const LayerWeights& w = weights_.layers[static_cast<size_t>(l)];
+    const LayerVectors& vec = vectors_[static_cast<size_t>(l)];
+    kernels::rmsnorm(x, t, h, vec.input_norm.data<float>(), eps, xn);
+    attention_block(l, b, kv, ws);
+    kernels::rmsnorm(x, t, h, vec.post_norm.data<float>(), eps, xn);
+    float* gate = grow(ws.mlp_gate_, t * f);
+    float* up = grow(ws.mlp_up_, t * f);
+    linear(xn, t, w.gate_proj, vec.gate_bias, gate);
+    linear(xn, t, w.up_proj, vec.up_bias, up);
+    kernels::swiglu(gate, up, t * f, gate);
+    float* down = grow(ws.out_rows_, t * h);
+    linear(gate, t, w.down_proj, vec.down_bias, down);
+    kernels::add_inplace(x, down, t * h);
+  }
+
+  // Only the rows whose logits are wanted go through the final norm and the LM head.
+  float* sel = xn;
+  if (!b.logit_rows.empty()) {
+    for (int64_t r = 0; r < rows; ++r)
+      std::memcpy(xn + r * h, x + static_cast<int64_t>(b.logit_rows[static_cast<size_t>(r)]) * h,
+                  static_cast<size_t>(h) * sizeof(float));
+    kernels::rmsnorm(xn, rows, h, final_norm_.data<float>(), eps, xn);
+  } else {
+    kernels::rmsnorm(x, t, h, final_norm_.data<float>(), eps, sel);
+  }
+  kernels::linear(sel, rows, kernels::weight_view(weights_.lm_head), nullptr, logits);
+}
+
+}  // namespace astrai::model

@@ -1,0 +1,93 @@
+// The decoder-only transformer forward pass over a packed ragged batch (model/batch.h).
+//
+//   Transformer model = Transformer::load("path/to/hf_checkpoint");
+//   Batch b; b.add_sequence({1, 2, 3}); b.add_sequence({4, 5});
+//   ForwardWorkspace ws;                      // reused across steps: no allocation once warm
+//   std::vector<float> logits(b.num_tokens() * model.config().vocab_size);
+//   model.forward(b, nullptr, ws, logits.data());
+//
+// Semantics per family are in docs/model.md. Every row's result depends only on its own
+// sequence (batch invariance): the same prompt alone, batched with others, or prefilled in
+// chunks through the paged cache gives bit-identical logits.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/attention.h"
+#include "model/batch.h"
+#include "model/config.h"
+#include "model/weights.h"
+
+namespace astrai::model {
+
+// Caller-owned scratch of the forward pass; buffers only grow, so a workspace reused for
+// steps of similar size allocates nothing.
+class ForwardWorkspace {
+ public:
+  ForwardWorkspace() = default;
+
+ private:
+  friend class Transformer;
+  std::vector<float> x_, xn_, q_, k_, v_, attn_, gate_, mlp_gate_, mlp_up_, latent_, kvb_, out_rows_;
+  std::vector<float> cos_, sin_;
+  std::vector<double> inv_freq_;
+  std::vector<int32_t> token_seq_;
+  std::vector<kernels::AttentionSeq> seqs_;
+  kernels::AttentionScratch attn_scratch_;
+};
+
+class Transformer {
+ public:
+  // Validates that `weights` match `config` (shapes, dtypes). Weights may be mapped
+  // (any float dtype) or owned f32; f32 tensors are used in place (a trainer's updates to
+  // them are seen by the next forward), small vectors in other dtypes are converted once.
+  Transformer(ModelConfig config, ModelWeights weights);
+  // Loads DIR/config.json + model.safetensors (or sharded index), memory-mapped.
+  static Transformer load(const std::string& dir);
+
+  const ModelConfig& config() const { return config_; }
+  const ModelWeights& weights() const { return weights_; }
+  int64_t vocab_size() const { return config_.vocab_size; }
+  int64_t num_parameters() const { return weights_.num_parameters(config_); }
+  size_t weight_bytes() const { return weights_.bytes(config_); }
+  size_t mapped_bytes() const { return mapped_bytes_; }
+
+  // The PagedKv geometry this model needs (the engine allocates the pages):
+  // num_kv_heads, k_head_dim, v_head_dim; page_size and pointers are the caller's.
+  PagedKv kv_geometry(int32_t page_size = 16) const;
+  // Bytes of K+V per token over all layers.
+  int64_t kv_bytes_per_token() const;
+
+  // Computes logits [rows, vocab] where rows are batch.logit_rows (in that order) or every
+  // token. Without kv every sequence must have context_len == 0 and attends to its own new
+  // tokens. With kv, each new token's K/V is written to its page slot for every layer, and
+  // attention reads positions [0, context_len + j] through the sequence's page table.
+  // Throws astrai::Error for an invalid batch (ids outside the vocabulary, short page tables,
+  // ...). Not thread-safe per workspace; one Transformer may serve several workspaces.
+  void forward(const Batch& batch, const PagedKv* kv, ForwardWorkspace& ws, float* logits) const;
+
+  // Throws astrai::Error describing the first problem of the batch, if any.
+  void validate_batch(const Batch& batch, const PagedKv* kv) const;
+
+ private:
+  struct LayerVectors {  // f32 views of the per-layer vectors (norms, biases)
+    Tensor input_norm, post_norm, q_bias, k_bias, v_bias, o_bias, q_norm, k_norm, kv_norm;
+    Tensor gate_bias, up_bias, down_bias;
+  };
+  void attention_block(int64_t layer, const Batch& batch, const PagedKv* kv, ForwardWorkspace& ws) const;
+  void rope_tables(const Batch& batch, ForwardWorkspace& ws) const;
+
+  ModelConfig config_;
+  ModelWeights weights_;
+  std::vector<LayerVectors> vectors_;
+  Tensor final_norm_;
+  size_t mapped_bytes_ = 0;
+};
+
+// The inverse RoPE frequencies [rope_dim / 2] this config uses for a sequence whose
+// longest position so far is seq_len - 1 (only dynamic scaling depends on seq_len).
+std::vector<double> rope_inv_freq(const ModelConfig& config, int64_t seq_len);
+
+}  // namespace astrai::model

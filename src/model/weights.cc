@@ -1,0 +1,172 @@
+#include "model/weights.h"
+
+#include <filesystem>
+#include <set>
+
+#include "base/error.h"
+#include "base/files.h"
+#include "base/log.h"
+
+namespace astrai::model {
+
+namespace {
+
+// Builds the parameter list once for both const and mutable access.
+template <typename W, typename P>
+std::vector<P> list_params(const ModelConfig& c, W& w) {
+  std::vector<P> out;
+  auto add = [&](std::string name, Shape shape, auto* t) { out.push_back(P{std::move(name), std::move(shape), t}); };
+  const int64_t h = c.hidden_size;
+  const int64_t nh = c.num_attention_heads, nkv = c.num_key_value_heads;
+  add("model.embed_tokens.weight", {c.vocab_size, h}, &w.embed_tokens);
+  w.layers.resize(static_cast<size_t>(c.num_hidden_layers));
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    auto& l = w.layers[static_cast<size_t>(i)];
+    const std::string p = "model.layers." + std::to_string(i) + ".";
+    const std::string a = p + "self_attn.";
+    add(p + "input_layernorm.weight", {h}, &l.input_layernorm);
+    if (c.is_mla()) {
+      add(a + "q_proj.weight", {nh * c.qk_head_dim(), h}, &l.q_proj);
+      add(a + "kv_a_proj.weight", {c.kv_lora_rank, h}, &l.kv_a_proj);
+      add(a + "kv_norm.weight", {c.kv_lora_rank}, &l.kv_norm);
+      add(a + "kv_b_proj.weight", {nkv * (c.qk_nope_head_dim + c.qk_rope_head_dim + c.v_head_dim), c.kv_lora_rank},
+          &l.kv_b_proj);
+    } else {
+      const int64_t hd = c.head_dim;
+      add(a + "q_proj.weight", {nh * hd, h}, &l.q_proj);
+      if (c.qkv_bias) add(a + "q_proj.bias", {nh * hd}, &l.q_bias);
+      add(a + "k_proj.weight", {nkv * hd, h}, &l.k_proj);
+      if (c.qkv_bias) add(a + "k_proj.bias", {nkv * hd}, &l.k_bias);
+      add(a + "v_proj.weight", {nkv * hd, h}, &l.v_proj);
+      if (c.qkv_bias) add(a + "v_proj.bias", {nkv * hd}, &l.v_bias);
+      if (c.qk_norm) {
+        add(a + "q_norm.weight", {hd}, &l.q_norm);
+        add(a + "k_norm.weight", {hd}, &l.k_norm);
+      }
+    }
+    if (c.gated_attention) add(a + "gate.weight", {nh * c.v_dim(), h}, &l.gate);
+    add(a + "o_proj.weight", {h, nh * c.v_dim()}, &l.o_proj);
+    if (c.o_bias) add(a + "o_proj.bias", {h}, &l.o_bias);
+    add(p + "post_attention_layernorm.weight", {h}, &l.post_attention_layernorm);
+    const int64_t f = c.intermediate_size;
+    add(p + "mlp.gate_proj.weight", {f, h}, &l.gate_proj);
+    if (c.mlp_bias) add(p + "mlp.gate_proj.bias", {f}, &l.gate_proj_bias);
+    add(p + "mlp.up_proj.weight", {f, h}, &l.up_proj);
+    if (c.mlp_bias) add(p + "mlp.up_proj.bias", {f}, &l.up_proj_bias);
+    add(p + "mlp.down_proj.weight", {h, f}, &l.down_proj);
+    if (c.mlp_bias) add(p + "mlp.down_proj.bias", {h}, &l.down_proj_bias);
+  }
+  add("model.norm.weight", {h}, &w.norm);
+  if (!c.tie_word_embeddings) add("lm_head.weight", {c.vocab_size, h}, &w.lm_head);
+  return out;
+}
+
+// The reference AstrAI spelling of a Hugging Face name: no "model." prefix,
+// "self_attn." -> "attention.", input_norm / post_attention_norm.
+std::string reference_name(const std::string& hf) {
+  std::string n = hf.rfind("model.", 0) == 0 ? hf.substr(6) : hf;
+  auto replace = [&](const std::string& from, const std::string& to) {
+    const size_t pos = n.find(from);
+    if (pos != std::string::npos) n.replace(pos, from.size(), to);
+  };
+  replace("self_attn.", "attention.");
+  replace("input_layernorm.", "input_norm.");
+  replace("post_attention_layernorm.", "post_attention_norm.");
+  return n;
+}
+
+}  // namespace
+
+std::vector<ModelWeights::Param> ModelWeights::params(const ModelConfig& config) {
+  return list_params<ModelWeights, Param>(config, *this);
+}
+
+std::vector<ModelWeights::ConstParam> ModelWeights::params(const ModelConfig& config) const {
+  // layers is sized by the mutable overload; here it must already match the config.
+  ASTRAI_CHECK(static_cast<int64_t>(layers.size()) == config.num_hidden_layers,
+               "weights hold ", layers.size(), " layers but the config has ", config.num_hidden_layers);
+  auto& self = const_cast<ModelWeights&>(*this);
+  std::vector<ConstParam> out;
+  for (auto& p : list_params<ModelWeights, Param>(config, self)) out.push_back(ConstParam{p.name, p.shape, p.tensor});
+  return out;
+}
+
+ModelWeights ModelWeights::from_tensors(const ModelConfig& config, const TensorMap& tensors, const std::string& where) {
+  ModelWeights w;
+  const bool own = config.model_type == "autoregressive_lm";
+  std::set<std::string> used;
+  for (auto& p : w.params(config)) {
+    auto it = tensors.find(p.name);
+    std::string name = p.name;
+    if (it == tensors.end() && own) {
+      name = reference_name(p.name);
+      it = tensors.find(name);
+    }
+    if (it == tensors.end()) fail(where, ": missing tensor \"", p.name, "\"");
+    const Tensor& t = it->second;
+    if (t.dtype() != DType::kF32 && t.dtype() != DType::kBF16 && t.dtype() != DType::kF16)
+      fail(where, ": tensor \"", name, "\" has unsupported dtype ", dtype_name(t.dtype()), " (need F32, BF16 or F16)");
+    if (t.shape() != p.shape)
+      fail(where, ": tensor \"", name, "\" has shape ", shape_str(t.shape()), ", expected ", shape_str(p.shape));
+    *p.tensor = t;
+    used.insert(name);
+  }
+  if (config.tie_word_embeddings) {
+    w.lm_head = w.embed_tokens;
+    used.insert("lm_head.weight");  // checkpoints of tied models sometimes carry a copy
+  }
+  size_t unused = 0;
+  std::string example;
+  for (const auto& [name, t] : tensors) {
+    if (used.count(name) || name.find("rotary_emb.inv_freq") != std::string::npos) continue;
+    if (unused++ == 0) example = name;
+  }
+  if (unused > 0) log_warn(where, ": ignoring ", unused, " tensor(s) this architecture does not use, e.g. \"", example, "\"");
+  return w;
+}
+
+ModelWeights ModelWeights::allocate(const ModelConfig& config, DType dtype) {
+  ModelWeights w;
+  for (auto& p : w.params(config)) *p.tensor = Tensor::empty(p.shape, dtype);
+  if (config.tie_word_embeddings) w.lm_head = w.embed_tokens;
+  return w;
+}
+
+int64_t ModelWeights::num_parameters(const ModelConfig& config) const {
+  int64_t n = 0;
+  for (const auto& p : params(config)) n += shape_numel(p.shape);
+  return n;
+}
+
+size_t ModelWeights::bytes(const ModelConfig& config) const {
+  size_t n = 0;
+  for (const auto& p : params(config)) n += p.tensor->nbytes();
+  return n;
+}
+
+Checkpoint load_checkpoint(const std::string& dir) {
+  Checkpoint ck;
+  ck.config = ModelConfig::load(dir);
+  SafetensorsContents contents = read_checkpoint_tensors(dir);
+  ck.mapped_bytes = contents.mapped_bytes;
+  ck.weights = ModelWeights::from_tensors(ck.config, contents.tensors, dir);
+  return ck;
+}
+
+void save_checkpoint(const std::string& dir, const ModelConfig& config, const ModelWeights& weights, DType dtype) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) fail("cannot create directory ", dir, ": ", ec.message());
+  std::vector<std::pair<std::string, Tensor>> out;
+  for (const auto& p : weights.params(config)) {
+    const Tensor& t = *p.tensor;
+    ASTRAI_CHECK(t.defined(), dir, ": parameter \"", p.name, "\" is not set");
+    ASTRAI_CHECK(t.shape() == p.shape, dir, ": parameter \"", p.name, "\" has shape ", shape_str(t.shape()),
+                 ", expected ", shape_str(p.shape));
+    out.emplace_back(p.name, t.dtype() == dtype ? t : t.to(dtype));
+  }
+  write_safetensors(dir + "/model.safetensors", out, Json{{"format", "pt"}});
+  write_file_atomic(dir + "/config.json", config.to_json().dump(2) + "\n");
+}
+
+}  // namespace astrai::model

@@ -1,0 +1,80 @@
+// The parameters of a model as plain structs of Tensors, named as Hugging Face names them.
+// A tensor is either memory-mapped from a checkpoint (read-only, f32/bf16/f16) or owned
+// host f32 memory (the trainer's parameters); the forward pass reads both.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "model/config.h"
+#include "model/safetensors.h"
+#include "tensor/tensor.h"
+
+namespace astrai::model {
+
+// Undefined tensors are parameters the config does not have (e.g. biases of Llama).
+struct LayerWeights {
+  Tensor input_layernorm;           // [hidden]
+  Tensor post_attention_layernorm;  // [hidden]
+  // GQA: q [heads * head_dim, hidden], k/v [kv_heads * head_dim, hidden].
+  // MLA: q [heads * (nope + rope), hidden]; k/v come from kv_a_proj/kv_b_proj.
+  Tensor q_proj, k_proj, v_proj, o_proj;  // o [hidden, heads * v_dim]
+  Tensor q_bias, k_bias, v_bias, o_bias;
+  Tensor q_norm, k_norm;  // [head_dim] (qk-norm)
+  Tensor gate;            // [heads * v_dim, hidden] (gated attention)
+  Tensor kv_a_proj;       // MLA [kv_lora_rank, hidden]
+  Tensor kv_norm;         // MLA [kv_lora_rank]
+  Tensor kv_b_proj;       // MLA [kv_heads * (nope + rope + v), kv_lora_rank], per head (k_nope, k_rope, v)
+  Tensor gate_proj, up_proj;  // [intermediate, hidden]
+  Tensor down_proj;           // [hidden, intermediate]
+  Tensor gate_proj_bias, up_proj_bias, down_proj_bias;
+};
+
+struct ModelWeights {
+  Tensor embed_tokens;  // [vocab, hidden]
+  std::vector<LayerWeights> layers;
+  Tensor norm;     // [hidden]
+  Tensor lm_head;  // [vocab, hidden]; shares embed_tokens' storage when tied
+
+  // One entry per parameter of `config`, in checkpoint order: Hugging Face name, expected
+  // shape, and the slot that holds it. A tied lm_head is not listed (it is embed_tokens).
+  struct Param {
+    std::string name;
+    Shape shape;
+    Tensor* tensor;
+  };
+  std::vector<Param> params(const ModelConfig& config);
+  struct ConstParam {
+    std::string name;
+    Shape shape;
+    const Tensor* tensor;
+  };
+  std::vector<ConstParam> params(const ModelConfig& config) const;
+
+  // Takes the tensors a checkpoint holds, by name. Checks every tensor is present, has
+  // the expected shape and a float dtype (F32/BF16/F16); errors name `where` and the tensor.
+  // autoregressive_lm also accepts the reference AstrAI names ("layers.N.attention.q_proj.weight").
+  static ModelWeights from_tensors(const ModelConfig& config, const TensorMap& tensors, const std::string& where);
+
+  // Owned, zero-filled tensors of every parameter (for the trainer, or tests to fill).
+  static ModelWeights allocate(const ModelConfig& config, DType dtype = DType::kF32);
+
+  int64_t num_parameters(const ModelConfig& config) const;
+  size_t bytes(const ModelConfig& config) const;  // storage of the parameters as held
+};
+
+// Loads DIR/config.json and its safetensors weights (memory-mapped).
+struct Checkpoint {
+  ModelConfig config;
+  ModelWeights weights;
+  size_t mapped_bytes = 0;
+};
+Checkpoint load_checkpoint(const std::string& dir);
+
+// Writes DIR/config.json and DIR/model.safetensors (each atomically), converting tensors to
+// `dtype` (kF32 keeps them as they are when already f32). Creates DIR if needed.
+void save_checkpoint(const std::string& dir, const ModelConfig& config, const ModelWeights& weights,
+                     DType dtype = DType::kF32);
+
+}  // namespace astrai::model
