@@ -22,6 +22,9 @@ class Tokenizer;
 
 namespace astrai::infer {
 
+class ForwardBackend;  // infer/backend.h
+class TextCodec;
+
 struct SamplingParams {
   float temperature = 1.0f;  // 0 = greedy
   int32_t top_k = 0;         // 0 = off
@@ -135,6 +138,14 @@ struct EngineStats {
   double prefix_cache_hit_rate = 0;  // hit tokens / prompt tokens
   uint64_t steps = 0;
   uint64_t preemptions = 0;
+  // Where the engine thread's time went (seconds since start): building the step (scheduling,
+  // packing), the forward pass (of which attention, if the model measures it), and sampling,
+  // detokenizing and delivering deltas.
+  double schedule_seconds = 0;
+  double forward_seconds = 0;
+  double attention_seconds = 0;
+  double sample_seconds = 0;
+  uint64_t step_tokens_total = 0;  // tokens computed by all forwards
 };
 
 class QueueFullError : public std::runtime_error {
@@ -146,6 +157,9 @@ class Engine {
  public:
   Engine(std::shared_ptr<const model::Transformer> model, std::shared_ptr<const tokenizer::Tokenizer> tokenizer,
          EngineOptions options);
+  // Any model behind the ForwardBackend interface (tests, other devices). `codec` may be null:
+  // then requests are token ids in, token ids out (no text, stop strings or chat messages).
+  Engine(std::unique_ptr<ForwardBackend> backend, std::unique_ptr<TextCodec> codec, EngineOptions options);
   ~Engine();  // stops the engine thread; unfinished requests end as kCancelled
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
@@ -162,8 +176,11 @@ class Engine {
 
   // Renders messages with the chat template and tokenizes (what submit() would use).
   std::vector<int32_t> render_prompt(const GenerationRequest& request) const;
-  const tokenizer::Tokenizer& tokenizer() const;
+  const tokenizer::Tokenizer& tokenizer() const;  // throws if built without one
   const model::Transformer& model() const;
+  // Context length requests are checked against, and KV capacity in tokens.
+  int32_t max_context() const;
+  int32_t kv_capacity_tokens() const;
 
  private:
   class Impl;

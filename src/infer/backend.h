@@ -1,0 +1,59 @@
+// What the engine needs from a model and a tokenizer, as two small interfaces. The engine is
+// built on these so it can be tested with deterministic fakes (tests/infer) and so model and
+// tokenizer adapters stay in one file each (transformer_backend.cc).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "infer/engine.h"
+#include "model/batch.h"
+
+namespace astrai::infer {
+
+struct ModelInfo {
+  int32_t vocab_size = 0;
+  int32_t num_layers = 0;
+  int32_t num_kv_heads = 0;
+  int32_t k_head_dim = 0;
+  int32_t v_head_dim = 0;
+  int32_t max_context = 0;          // max_position_embeddings
+  std::vector<int32_t> eos_ids;     // from the model config
+};
+
+// One forward pass over a packed ragged batch: writes the new tokens' K/V into their page
+// slots, attends through the page tables, and writes vocab_size logits for every row in
+// batch.logit_rows (in that order). Called from the engine thread only.
+class ForwardBackend {
+ public:
+  virtual ~ForwardBackend() = default;
+  virtual const ModelInfo& info() const = 0;
+  virtual void forward(const model::Batch& batch, const model::PagedKv& kv, float* logits) = 0;
+  // Seconds spent in attention since construction (0 if the model does not measure it).
+  virtual double attention_seconds() const { return 0.0; }
+};
+
+// Incremental detokenizer of one choice: raw bytes each token adds (may end inside a UTF-8
+// character; the engine holds those bytes). Special tokens add nothing.
+class TokenDecoder {
+ public:
+  virtual ~TokenDecoder() = default;
+  virtual std::string push(int32_t id) = 0;
+};
+
+// Text side of the engine; its const methods are called from any thread.
+class TextCodec {
+ public:
+  virtual ~TextCodec() = default;
+  virtual std::vector<int32_t> encode(const std::string& text) const = 0;
+  // Renders request.messages (+ tools, kwargs, add_generation_prompt) and tokenizes it.
+  virtual std::vector<int32_t> encode_chat(const GenerationRequest& request) const = 0;
+  // EOS and end-of-turn ids that end a choice (unless ignore_eos).
+  virtual std::vector<int32_t> stop_ids() const = 0;
+  virtual std::unique_ptr<TokenDecoder> decoder() const = 0;
+  virtual std::string decode(const std::vector<int32_t>& ids) const = 0;
+};
+
+}  // namespace astrai::infer

@@ -1,0 +1,91 @@
+// Engine internals shared by engine.cc and the model/tokenizer adapters.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "infer/backend.h"
+#include "infer/engine.h"
+#include "infer/kv_pool.h"
+#include "infer/runner.h"
+#include "infer/sampler.h"
+#include "infer/scheduler.h"
+#include "infer/sequence.h"
+
+namespace astrai::infer {
+
+class Engine::Impl {
+ public:
+  Impl(std::unique_ptr<ForwardBackend> backend, std::unique_ptr<TextCodec> codec, const EngineOptions& options,
+       std::shared_ptr<const model::Transformer> model, std::shared_ptr<const tokenizer::Tokenizer> tokenizer);
+  ~Impl();
+
+  RequestHandle submit(GenerationRequest request, StreamCallback on_delta);
+  void cancel(const RequestHandle& handle);
+  EngineStats stats() const;
+  void invalidate(uint64_t version);
+  void shutdown(double grace_seconds);
+  std::vector<int32_t> render_prompt(const GenerationRequest& request) const;
+  int32_t kv_capacity_tokens() const { return pool_.num_pages() * pool_.page_size(); }
+
+  std::shared_ptr<const model::Transformer> model_;
+  std::shared_ptr<const tokenizer::Tokenizer> tokenizer_;
+  std::unique_ptr<ForwardBackend> backend_;
+  std::unique_ptr<TextCodec> codec_;
+  EngineOptions options_;
+  int32_t max_context_ = 0;
+
+ private:
+  struct Active {
+    std::shared_ptr<RequestState> state;
+    std::vector<std::unique_ptr<Sequence>> seqs;
+  };
+
+  void loop();
+  void admit(std::shared_ptr<RequestState> state);
+  void step();
+  void handle_cancellations();
+  void fork(Sequence* parent);
+  // Samples the next token of `seq` from `logits` and streams the result.
+  void sample(Sequence* seq, float* logits);
+  void prompt_logprobs(Sequence* seq, int32_t first_index, int32_t rows, const float* logits);
+  void finish_sequence(Sequence* seq, FinishReason reason, ChoiceDelta* delta);
+  void end_request(RequestState* req, FinishReason reason, const std::string& error);
+  void complete(RequestState* req);
+  void deliver(RequestState* req, const ChoiceDelta& delta);
+  void publish_stats();
+  Sequence* new_sequence(Active& active, int32_t choice);
+
+  KvPool pool_;
+  Scheduler scheduler_;
+  Runner runner_;
+  Sampler sampler_;
+  std::vector<float> row_copy_;
+  std::vector<StepItem> items_;
+  std::unordered_map<RequestState*, Active> active_;
+  std::vector<RequestState*> completed_;
+  uint64_t next_order_ = 1;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;       // wakes the engine thread
+  std::condition_variable idle_cv_;  // signalled when the engine has no work
+  std::deque<std::shared_ptr<RequestState>> inbox_;
+  std::vector<uint64_t> invalidations_;
+  bool stop_ = false;
+  bool accepting_ = true;
+  bool cancel_all_ = false;
+  uint64_t next_id_ = 1;
+  int32_t queued_ = 0;  // inbox + waiting, for the queue limit
+  int32_t active_count_ = 0;
+
+  mutable std::mutex stats_mu_;
+  EngineStats stats_;
+  std::thread thread_;
+};
+
+}  // namespace astrai::infer
