@@ -1,0 +1,95 @@
+#include "kernels/cpu/cross_entropy_backward.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+namespace astrai::kernels {
+
+namespace {
+
+// max and log Σ exp(z − max) of one row.
+inline void row_stats(const float* z, int64_t vocab, float* max_out, float* lse_out) {
+  float m = z[0];
+  for (int64_t c = 1; c < vocab; ++c) m = std::max(m, z[c]);
+  float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+  for (int64_t c = 0; c < vocab; ++c) sum += std::exp(z[c] - m);
+  *max_out = m;
+  *lse_out = m + std::log(sum);
+}
+
+}  // namespace
+
+double cross_entropy_forward_backward(const float* logits, const int32_t* targets, int64_t rows,
+                                      int64_t vocab, float eps, float grad_scale, float* row_loss,
+                                      float* dlogits) {
+#pragma omp parallel for schedule(static)
+  for (int64_t t = 0; t < rows; ++t) {
+    const float* z = logits + t * vocab;
+    const int32_t y = targets[t];
+    if (y < 0) {
+      row_loss[t] = 0.0f;
+      if (dlogits != nullptr) std::fill(dlogits + t * vocab, dlogits + (t + 1) * vocab, 0.0f);
+      continue;
+    }
+    float m, lse;
+    row_stats(z, vocab, &m, &lse);
+    float loss = (1.0f - eps) * (lse - z[y]);
+    if (eps != 0.0f) {
+      float sum_z = 0.0f;
+#pragma omp simd reduction(+ : sum_z)
+      for (int64_t c = 0; c < vocab; ++c) sum_z += z[c];
+      loss += eps * (lse - sum_z / static_cast<float>(vocab));
+    }
+    row_loss[t] = loss;
+    if (dlogits != nullptr) {
+      const float uniform = eps / static_cast<float>(vocab);
+      const float target_y = z[y];
+      float* d = dlogits + t * vocab;
+#pragma omp simd
+      for (int64_t c = 0; c < vocab; ++c) d[c] = grad_scale * (std::exp(z[c] - lse) - uniform);
+      d[y] = grad_scale * (std::exp(target_y - lse) - uniform - (1.0f - eps));
+    }
+  }
+  double total = 0.0;
+  for (int64_t t = 0; t < rows; ++t) total += row_loss[t];
+  return total;
+}
+
+void token_logprobs(const float* logits, const int32_t* targets, int64_t rows, int64_t vocab,
+                    float* logp) {
+#pragma omp parallel for schedule(static)
+  for (int64_t t = 0; t < rows; ++t) {
+    if (targets[t] < 0) {
+      logp[t] = 0.0f;
+      continue;
+    }
+    float m, lse;
+    row_stats(logits + t * vocab, vocab, &m, &lse);
+    logp[t] = logits[t * vocab + targets[t]] - lse;
+  }
+}
+
+void token_logprobs_backward(const float* logits, const int32_t* targets, const float* dlogp,
+                             int64_t rows, int64_t vocab, float* dlogits) {
+#pragma omp parallel for schedule(static)
+  for (int64_t t = 0; t < rows; ++t) {
+    const float* z = logits + t * vocab;
+    float* d = dlogits + t * vocab;
+    const int32_t y = targets[t];
+    if (y < 0 || dlogp[t] == 0.0f) {
+      std::fill(d, d + vocab, 0.0f);
+      continue;
+    }
+    float m, lse;
+    row_stats(z, vocab, &m, &lse);
+    const float g = dlogp[t];
+    const float zy = z[y];
+#pragma omp simd
+    for (int64_t c = 0; c < vocab; ++c) d[c] = -g * std::exp(z[c] - lse);
+    d[y] = g * (1.0f - std::exp(zy - lse));
+  }
+}
+
+}  // namespace astrai::kernels

@@ -1,0 +1,54 @@
+#include "kernels/cpu/rmsnorm_backward.h"
+
+#include <omp.h>
+
+#include <cmath>
+#include <vector>
+
+namespace astrai::kernels {
+
+void rmsnorm_forward_train(const float* x, const float* w, int64_t rows, int64_t dim, float eps,
+                           float* y, float* rstd) {
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * dim;
+    float ss = 0.0f;
+    for (int64_t i = 0; i < dim; ++i) ss += xr[i] * xr[i];
+    const float s = 1.0f / std::sqrt(ss / static_cast<float>(dim) + eps);
+    rstd[r] = s;
+    float* yr = y + r * dim;
+    for (int64_t i = 0; i < dim; ++i) yr[i] = xr[i] * s * w[i];
+  }
+}
+
+void rmsnorm_backward(const float* dy, const float* x, const float* w, const float* rstd,
+                      int64_t rows, int64_t dim, float* dx, bool accumulate_dx, float* dw) {
+  // dw is reduced over rows: each thread sums a contiguous block of rows into its own
+  // buffer, then the buffers are added in thread order (deterministic for a thread count).
+  const int nt = omp_get_max_threads();
+  std::vector<float> partial(static_cast<size_t>(nt) * dim, 0.0f);
+#pragma omp parallel num_threads(nt)
+  {
+    const int t = omp_get_thread_num();
+    const int64_t begin = rows * t / nt, end = rows * (t + 1) / nt;
+    float* pw = partial.data() + static_cast<size_t>(t) * dim;
+    for (int64_t r = begin; r < end; ++r) {
+      const float* xr = x + r * dim;
+      const float* dyr = dy + r * dim;
+      const float s = rstd[r];
+      float dot = 0.0f;
+      for (int64_t i = 0; i < dim; ++i) dot += dyr[i] * w[i] * xr[i];
+      const float c = dot * s * s * s / static_cast<float>(dim);
+      float* dxr = dx + r * dim;
+      for (int64_t i = 0; i < dim; ++i) {
+        pw[i] += dyr[i] * xr[i] * s;
+        const float g = dyr[i] * w[i] * s - xr[i] * c;
+        dxr[i] = accumulate_dx ? dxr[i] + g : g;
+      }
+    }
+  }
+  for (int t = 0; t < nt; ++t)
+    for (int64_t i = 0; i < dim; ++i) dw[i] += partial[static_cast<size_t>(t) * dim + i];
+}
+
+}  // namespace astrai::kernels

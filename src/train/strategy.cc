@@ -1,0 +1,53 @@
+#include "train/strategy.h"
+
+#include "kernels/cpu/cross_entropy_backward.h"
+
+namespace astrai::train {
+
+MicroStats CrossEntropyStrategy::run(TrainModel& policy, const TrainBatch& batch, float grad_scale) {
+  const int64_t T = batch.num_tokens(), V = policy.arch().vocab_size;
+  MicroStats s;
+  s.num_targets = batch.num_targets();
+  if (s.num_targets == 0) return s;  // nothing to learn from; contributes no gradient
+  float* logits = policy.forward(batch);
+  row_loss_.resize(static_cast<size_t>(T));
+  const float scale = grad_scale / static_cast<float>(s.num_targets);
+  s.loss_sum = kernels::cross_entropy_forward_backward(logits, batch.targets.data(), T, V, label_smoothing_,
+                                                       scale, row_loss_.data(), logits);
+  policy.backward(batch, logits);
+  return s;
+}
+
+MicroStats CrossEntropyStrategy::evaluate(TrainModel& policy, const TrainBatch& batch) {
+  const int64_t T = batch.num_tokens(), V = policy.arch().vocab_size;
+  MicroStats s;
+  s.num_targets = batch.num_targets();
+  if (s.num_targets == 0) return s;
+  float* logits = policy.forward(batch);
+  row_loss_.resize(static_cast<size_t>(T));
+  s.loss_sum = kernels::cross_entropy_forward_backward(logits, batch.targets.data(), T, V, label_smoothing_,
+                                                       0.0f, row_loss_.data(), nullptr);
+  return s;
+}
+
+std::vector<double> sequence_logprobs(TrainModel& model, const TrainBatch& batch) {
+  const int64_t T = batch.num_tokens(), V = model.arch().vocab_size;
+  const float* logits = model.forward(batch);
+  std::vector<float> lp(static_cast<size_t>(T));
+  kernels::token_logprobs(logits, batch.targets.data(), T, V, lp.data());
+  std::vector<double> out;
+  for (const auto& d : batch.docs) {
+    double s = 0.0;
+    for (int32_t t = d.begin; t < d.begin + d.len; ++t) s += lp[t];
+    out.push_back(s);
+  }
+  return out;
+}
+
+std::unique_ptr<Strategy> make_strategy(const std::string& train_type, float label_smoothing) {
+  if (train_type == "seq" || train_type == "sft")
+    return std::make_unique<CrossEntropyStrategy>(train_type, label_smoothing);
+  fail("unknown --train-type \"", train_type, "\" (seq, sft; dpo and grpo are not implemented yet)");
+}
+
+}  // namespace astrai::train

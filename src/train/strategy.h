@@ -1,0 +1,77 @@
+// Training strategies: what loss a micro-batch contributes and how its gradient reaches the
+// model. The trainer calls run() for each micro-batch of an optimizer step (gradients
+// accumulate), all-reduces gradients through a Communicator, clips, then steps AdamW.
+// A strategy may own frozen model copies (DPO's reference policy, GRPO's reference and old
+// policy) and use per-sequence log-probabilities (sequence_logprobs below).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "train/model.h"
+#include "train/train_batch.h"
+
+namespace astrai::train {
+
+struct MicroStats {
+  double loss_sum = 0.0;    // Σ per-token loss over counted targets
+  int64_t num_targets = 0;  // counted targets
+  double loss() const { return num_targets > 0 ? loss_sum / static_cast<double>(num_targets) : 0.0; }
+};
+
+class Strategy {
+ public:
+  virtual ~Strategy() = default;
+  virtual std::string name() const = 0;
+  // Forward + loss + backward of one micro-batch; gradients of grad_scale·loss accumulate
+  // into policy.grads(). The loss is the mean over the micro-batch's counted targets.
+  virtual MicroStats run(TrainModel& policy, const TrainBatch& batch, float grad_scale) = 0;
+  // Loss without gradients (validation).
+  virtual MicroStats evaluate(TrainModel& policy, const TrainBatch& batch) = 0;
+};
+
+// `seq`: next-token cross-entropy with label smoothing (PyTorch semantics) on every target.
+// `sft`: the same on targets whose loss mask is set (prompt tokens carry kIgnore targets);
+// batches for both come from TrainBatch, so the two differ only in how targets are masked.
+class CrossEntropyStrategy final : public Strategy {
+ public:
+  CrossEntropyStrategy(std::string name, float label_smoothing)
+      : name_(std::move(name)), label_smoothing_(label_smoothing) {}
+  std::string name() const override { return name_; }
+  MicroStats run(TrainModel& policy, const TrainBatch& batch, float grad_scale) override;
+  MicroStats evaluate(TrainModel& policy, const TrainBatch& batch) override;
+
+ private:
+  std::string name_;
+  float label_smoothing_;
+  std::vector<float> row_loss_;
+};
+
+// Σ log p(target) per document of the batch (targets < 0 skipped): the per-sequence
+// log-probability DPO and GRPO are built on. Runs a forward only.
+std::vector<double> sequence_logprobs(TrainModel& model, const TrainBatch& batch);
+
+std::unique_ptr<Strategy> make_strategy(const std::string& train_type, float label_smoothing);
+
+// Sums gradients (and scalars) across data-parallel ranks between accumulation and the
+// optimizer step. The single-process implementation is the identity; MPI/NCCL plug in here.
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual void all_reduce_sum(float* data, size_t n) = 0;
+  virtual void all_reduce_sum(double* data, size_t n) = 0;
+};
+
+class LocalCommunicator final : public Communicator {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  void all_reduce_sum(float*, size_t) override {}
+  void all_reduce_sum(double*, size_t) override {}
+};
+
+}  // namespace astrai::train

@@ -1,0 +1,308 @@
+#!/usr/bin/env python3
+"""PyTorch autograd oracle for the trainer (llm.c style).
+
+For one named configuration: random parameters and packed documents are written for
+train_oracle_tool, which runs our forward/backward and ten AdamW steps. The same model is
+written here with plain torch ops (attention as matmul + softmax, per document) in float64.
+Checks: the loss, EVERY parameter gradient (max abs error <= 1e-4 x the tensor's max abs
+gradient), and the loss after each of ten optimizer steps (relative 1e-4).
+
+usage: oracle_train.py TOOL CONFIG_NAME
+"""
+import json
+import math
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+CONFIGS = {
+    # Llama, tied embeddings, GQA 4:2, half-rotation RoPE, label smoothing.
+    "llama_tied": dict(
+        config=dict(model_type="llama", vocab_size=61, hidden_size=32, num_hidden_layers=2,
+                    num_attention_heads=4, num_key_value_heads=2, intermediate_size=48,
+                    rms_norm_eps=1e-6, rope_theta=10000.0, tie_word_embeddings=True),
+        label_smoothing=0.1, docs=[[13, 9, 7], [11, 4], [17]]),
+    # Qwen2: q/k/v bias, untied head, MHA, two micro-batches (gradient accumulation), clipping.
+    "qwen2_bias": dict(
+        config=dict(model_type="qwen2", vocab_size=53, hidden_size=24, num_hidden_layers=2,
+                    num_attention_heads=3, num_key_value_heads=3, intermediate_size=40,
+                    rms_norm_eps=1e-6, rope_theta=1000000.0, tie_word_embeddings=False),
+        label_smoothing=0.0, docs=[[9, 12], [7, 10, 5]], micro=2, max_grad_norm=0.5),
+    # Qwen3: qk-norm, explicit head_dim != hidden/heads, GQA 4:1, plus the sigmoid output gate.
+    "qwen3_qknorm_gate": dict(
+        config=dict(model_type="qwen3", vocab_size=67, hidden_size=32, num_hidden_layers=2,
+                    num_attention_heads=4, num_key_value_heads=1, head_dim=12, intermediate_size=56,
+                    rms_norm_eps=1e-6, rope_theta=10000.0, tie_word_embeddings=True,
+                    use_gated_attention=True),
+        label_smoothing=0.05, docs=[[14, 6, 9], [12]]),
+    # Mistral with interleaved RoPE pairing and llama3 rope scaling, llama attention_bias (o bias).
+    "mistral_interleaved_llama3": dict(
+        config=dict(model_type="mistral", vocab_size=59, hidden_size=32, num_hidden_layers=3,
+                    num_attention_heads=4, num_key_value_heads=2, intermediate_size=64,
+                    rms_norm_eps=1e-5, rope_theta=500000.0, tie_word_embeddings=False,
+                    rope_pairing="interleaved", attention_bias=True, max_position_embeddings=64,
+                    rope_scaling=dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0,
+                                      high_freq_factor=4.0, original_max_position_embeddings=16)),
+        label_smoothing=0.0, docs=[[21, 8], [15, 11, 6]]),
+    # SFT (masked CE: prompt tokens excluded), yarn scaling, activation recomputation.
+    "sft_yarn_recompute": dict(
+        config=dict(model_type="qwen3", vocab_size=71, hidden_size=32, num_hidden_layers=2,
+                    num_attention_heads=2, num_key_value_heads=2, head_dim=16, intermediate_size=48,
+                    rms_norm_eps=1e-6, rope_theta=10000.0, tie_word_embeddings=False,
+                    max_position_embeddings=64,
+                    rope_scaling=dict(rope_type="yarn", factor=4.0, original_max_position_embeddings=16)),
+        label_smoothing=0.0, docs=[[12, 7], [16, 9, 5]], train_type="sft", recompute=True),
+}
+
+
+def write_safetensors(path, tensors):
+    header, blobs, off = {}, [], 0
+    for name, t in tensors.items():
+        b = t.detach().to(torch.float32).contiguous().numpy().tobytes()
+        header[name] = {"dtype": "F32", "shape": list(t.shape), "data_offsets": [off, off + len(b)]}
+        blobs.append(b)
+        off += len(b)
+    h = json.dumps(header).encode()
+    h += b" " * ((8 - len(h) % 8) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)))
+        f.write(h)
+        for b in blobs:
+            f.write(b)
+
+
+def read_safetensors(path):
+    data = open(path, "rb").read()
+    n = struct.unpack("<Q", data[:8])[0]
+    header = json.loads(data[8:8 + n])
+    out = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        a, b = info["data_offsets"]
+        arr = np.frombuffer(data[8 + n + a:8 + n + b], dtype=np.float32).reshape(info["shape"])
+        out[name] = torch.from_numpy(arr.copy())
+    return out
+
+
+def param_shapes(c):
+    D, I, V = c["hidden_size"], c["intermediate_size"], c["vocab_size"]
+    H, KV = c["num_attention_heads"], c.get("num_key_value_heads", c["num_attention_heads"])
+    hd = c.get("head_dim", D // H)
+    qkv_bias = c["model_type"] == "qwen2" or c.get("attention_bias", False)
+    o_bias = c.get("attention_bias", False) and c["model_type"] != "qwen2"
+    qk_norm = c["model_type"] == "qwen3"
+    s = {"model.embed_tokens.weight": (V, D)}
+    for l in range(c["num_hidden_layers"]):
+        p = f"model.layers.{l}."
+        s[p + "input_layernorm.weight"] = (D,)
+        for n, out in (("q", H * hd), ("k", KV * hd), ("v", KV * hd)):
+            s[p + f"self_attn.{n}_proj.weight"] = (out, D)
+            if qkv_bias:
+                s[p + f"self_attn.{n}_proj.bias"] = (out,)
+        if qk_norm:
+            s[p + "self_attn.q_norm.weight"] = (hd,)
+            s[p + "self_attn.k_norm.weight"] = (hd,)
+        if c.get("use_gated_attention"):
+            s[p + "self_attn.gate.weight"] = (H * hd, D)
+        s[p + "self_attn.o_proj.weight"] = (D, H * hd)
+        if o_bias:
+            s[p + "self_attn.o_proj.bias"] = (D,)
+        s[p + "post_attention_layernorm.weight"] = (D,)
+        s[p + "mlp.gate_proj.weight"] = (I, D)
+        s[p + "mlp.up_proj.weight"] = (I, D)
+        s[p + "mlp.down_proj.weight"] = (D, I)
+    s["model.norm.weight"] = (D,)
+    if not c.get("tie_word_embeddings", False):
+        s["lm_head.weight"] = (V, D)
+    return s
+
+
+def inv_freq_and_scale(c, dim):
+    """Hugging Face _compute_*_rope_parameters, in float64 then rounded to float32."""
+    base = c.get("rope_theta", 10000.0)
+    inv = 1.0 / (base ** (np.arange(0, dim, 2, dtype=np.float32).astype(np.float64) / dim))
+    inv = inv.astype(np.float32).astype(np.float64)
+    rs = c.get("rope_scaling")
+    scale = 1.0
+    if rs:
+        kind, factor = rs.get("rope_type", rs.get("type")), rs["factor"]
+        if kind == "linear":
+            inv = inv / factor
+        elif kind == "llama3":
+            old = rs["original_max_position_embeddings"]
+            lo, hi = rs["low_freq_factor"], rs["high_freq_factor"]
+            wl = 2 * math.pi / inv
+            llama = np.where(wl > old / lo, inv / factor, inv)
+            smooth = (old / wl - lo) / (hi - lo)
+            smoothed = (1 - smooth) * llama / factor + smooth * llama
+            medium = ~(wl < old / hi) & ~(wl > old / lo)
+            inv = np.where(medium, smoothed, llama)
+        elif kind == "yarn":
+            old = rs["original_max_position_embeddings"]
+            bf, bs = rs.get("beta_fast", 32), rs.get("beta_slow", 1)
+            cd = lambda r: (dim * math.log(old / (r * 2 * math.pi))) / (2 * math.log(base))
+            low, high = max(math.floor(cd(bf)), 0), min(math.ceil(cd(bs)), dim - 1)
+            if low == high:
+                high += 0.001
+            ramp = np.clip((np.arange(dim // 2) - low) / (high - low), 0, 1)
+            extrap_factor = 1 - ramp
+            pos = 1.0 / inv
+            inv = (1.0 / (factor * pos)) * (1 - extrap_factor) + (1.0 / pos) * extrap_factor
+            scale = 0.1 * math.log(factor) + 1.0 if factor > 1 else 1.0
+    return inv.astype(np.float32), scale
+
+
+def rope(x, cos, sin, interleaved):
+    # x: [L, heads, d]; cos/sin: [L, d/2]
+    c, s = cos[:, None, :], sin[:, None, :]
+    if interleaved:
+        xe, xo = x[..., 0::2], x[..., 1::2]
+        return torch.stack([xe * c - xo * s, xo * c + xe * s], dim=-1).flatten(-2)
+    h = x.shape[-1] // 2
+    x1, x2 = x[..., :h], x[..., h:]
+    return torch.cat([x1 * c - x2 * s, x2 * c + x1 * s], dim=-1)
+
+
+def rms(x, w, eps):
+    return x * torch.rsqrt((x * x).mean(-1, keepdim=True) + eps) * w
+
+
+def forward_logits(c, P, ids):
+    D, H = c["hidden_size"], c["num_attention_heads"]
+    KV = c.get("num_key_value_heads", H)
+    hd = c.get("head_dim", D // H)
+    eps = c.get("rms_norm_eps", 1e-6)
+    L = len(ids)
+    inv, scale = inv_freq_and_scale(c, hd)
+    ang = np.arange(L, dtype=np.float32)[:, None] * inv[None, :]
+    cos = torch.from_numpy((np.cos(ang) * np.float32(scale)).astype(np.float32)).double()
+    sin = torch.from_numpy((np.sin(ang) * np.float32(scale)).astype(np.float32)).double()
+    interleaved = c.get("rope_pairing") == "interleaved"
+    x = P["model.embed_tokens.weight"][torch.tensor(ids)]
+    mask = torch.triu(torch.ones(L, L, dtype=torch.bool), 1)
+    for l in range(c["num_hidden_layers"]):
+        p = f"model.layers.{l}."
+        g = lambda n: P.get(p + n)
+        h = rms(x, g("input_layernorm.weight"), eps)
+        def proj(n):
+            y = h @ g(f"self_attn.{n}_proj.weight").T
+            b = g(f"self_attn.{n}_proj.bias")
+            return y + b if b is not None else y
+        q, k, v = proj("q").view(L, H, hd), proj("k").view(L, KV, hd), proj("v").view(L, KV, hd)
+        if g("self_attn.q_norm.weight") is not None:
+            q, k = rms(q, g("self_attn.q_norm.weight"), eps), rms(k, g("self_attn.k_norm.weight"), eps)
+        q, k = rope(q, cos, sin, interleaved), rope(k, cos, sin, interleaved)
+        k, v = k.repeat_interleave(H // KV, dim=1), v.repeat_interleave(H // KV, dim=1)
+        scores = torch.einsum("ihd,jhd->hij", q, k) / math.sqrt(hd)
+        probs = torch.softmax(scores.masked_fill(mask, float("-inf")), dim=-1)
+        a = torch.einsum("hij,jhd->ihd", probs, v).reshape(L, H * hd)
+        if g("self_attn.gate.weight") is not None:
+            a = a * torch.sigmoid(h @ g("self_attn.gate.weight").T)
+        o = a @ g("self_attn.o_proj.weight").T
+        if g("self_attn.o_proj.bias") is not None:
+            o = o + g("self_attn.o_proj.bias")
+        x = x + o
+        h = rms(x, g("post_attention_layernorm.weight"), eps)
+        x = x + (F.silu(h @ g("mlp.gate_proj.weight").T) * (h @ g("mlp.up_proj.weight").T)) @ g("mlp.down_proj.weight").T
+    head = P.get("lm_head.weight", P["model.embed_tokens.weight"])
+    return rms(x, P["model.norm.weight"], eps) @ head.T
+
+
+def micro_loss(c, P, mb, ls):
+    logits, targets = [], []
+    for d, ids in enumerate(mb["docs"]):
+        logits.append(forward_logits(c, P, ids[:-1]))
+        t = list(ids[1:])
+        if "masks" in mb:
+            t = [tok if mb["masks"][d][i + 1] else -100 for i, tok in enumerate(t)]
+        targets += t
+    return F.cross_entropy(torch.cat(logits), torch.tensor(targets), ignore_index=-100, label_smoothing=ls)
+
+
+def main():
+    tool, name = sys.argv[1], sys.argv[2]
+    case = CONFIGS[name]
+    c = case["config"]
+    rng = np.random.default_rng(sum(map(ord, name)))
+    torch.manual_seed(1234)
+    shapes = param_shapes(c)
+    P32 = {}
+    for n, s in shapes.items():
+        if n.endswith("norm.weight"):
+            P32[n] = 1.0 + 0.1 * torch.randn(s)
+        elif n.endswith(".bias"):
+            P32[n] = 0.1 * torch.randn(s)
+        else:
+            P32[n] = 0.3 * torch.randn(s) if "embed" in n else torch.randn(s) / math.sqrt(s[1])
+    V = c["vocab_size"]
+    nmicro = case.get("micro", 1)
+    micro = []
+    for m in range(nmicro):
+        mb = {"docs": [rng.integers(0, V, size=n + 1).tolist() for n in case["docs"][m % len(case["docs"])]]}
+        if case.get("train_type") == "sft":
+            # Prompt = first third of each document: its targets are excluded from the loss.
+            mb["masks"] = [[0 if i <= len(d) // 3 else 1 for i in range(len(d))] for d in mb["docs"]]
+        micro.append(mb)
+    steps = 10
+    lrs = [1e-2 * (0.5 + 0.5 * math.cos(math.pi * s / steps)) for s in range(steps)]
+    cfg = dict(micro_batches=micro, label_smoothing=case["label_smoothing"], lrs=lrs, beta1=0.9,
+               beta2=0.95, eps=1e-8, weight_decay=0.1, max_grad_norm=case.get("max_grad_norm", 0.0),
+               train_type=case.get("train_type", "seq"), recompute=case.get("recompute", False))
+
+    with tempfile.TemporaryDirectory() as d:
+        json.dump(c, open(os.path.join(d, "config.json"), "w"))
+        json.dump(cfg, open(os.path.join(d, "case.json"), "w"))
+        write_safetensors(os.path.join(d, "params.safetensors"), P32)
+        subprocess.run([tool, d], check=True)
+        ours_grads = read_safetensors(os.path.join(d, "grads.safetensors"))
+        ours = json.load(open(os.path.join(d, "result.json")))
+
+    P = {n: t.double().clone().requires_grad_(True) for n, t in P32.items()}
+    decay = [P[n] for n in P if P[n].dim() == 2 and "embed" not in n]
+    no_decay = [P[n] for n in P if not (P[n].dim() == 2 and "embed" not in n)]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
+                            lr=lrs[0], betas=(0.9, 0.95), eps=1e-8)
+    ok = True
+    ref_losses = []
+    for step in range(steps):
+        opt.zero_grad()
+        loss = sum(micro_loss(c, P, mb, case["label_smoothing"]) for mb in micro) / nmicro
+        loss.backward()
+        ref_losses.append(loss.item())
+        if step == 0:
+            assert set(ours_grads) == set(P), f"parameter sets differ: {set(ours_grads) ^ set(P)}"
+            worst = 0.0
+            for n, p in P.items():
+                ref = p.grad.detach()
+                err = (ours_grads[n].double() - ref).abs().max().item()
+                rel = err / max(ref.abs().max().item(), 1e-12)
+                worst = max(worst, rel)
+                if rel > 1e-4:
+                    ok = False
+                    print(f"FAIL grad {n}: max abs err {err:.3e}, relative {rel:.3e}")
+            print(f"{name}: {len(P)} gradients, worst relative error {worst:.2e}")
+        if cfg["max_grad_norm"] > 0:
+            torch.nn.utils.clip_grad_norm_(list(P.values()), cfg["max_grad_norm"])
+        for gidx in opt.param_groups:
+            gidx["lr"] = lrs[step]
+        opt.step()
+    for s, (a, b) in enumerate(zip(ours["losses"], ref_losses)):
+        rel = abs(a - b) / abs(b)
+        flag = "ok" if rel <= 1e-4 else "FAIL"
+        if rel > 1e-4:
+            ok = False
+        print(f"step {s}: ours {a:.7f} torch {b:.7f} rel {rel:.1e} {flag}")
+    if ok:
+        print("PASS")
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()

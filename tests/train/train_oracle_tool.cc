@@ -1,0 +1,80 @@
+// Driver for the PyTorch oracle (oracle_train.py): loads a config, parameters and
+// micro-batches written by the script, runs our forward/backward and AdamW steps, and writes
+// the first step's loss and every parameter gradient plus the loss of each step.
+//   train_oracle_tool DIR   (DIR/config.json, DIR/case.json, DIR/params.safetensors)
+#include <cstdio>
+#include <vector>
+
+#include "base/files.h"
+#include "base/json.h"
+#include "base/parallel.h"
+#include "train/model.h"
+#include "train/optimizer.h"
+#include "train/safetensors_io.h"
+#include "train/strategy.h"
+
+using namespace astrai;
+using namespace astrai::train;
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: %s DIR\n", argv[0]);
+    return 2;
+  }
+  try {
+    const std::string dir = argv[1];
+    const Arch arch = arch_from_hf_config(read_json_file(dir + "/config.json"), dir + "/config.json");
+    const Json c = read_json_file(dir + "/case.json");
+    TrainModel model(arch, c.value("recompute", false));
+    model.load_weights(read_safetensors(dir + "/params.safetensors"), dir + "/params.safetensors");
+
+    std::vector<TrainBatch> micro;
+    for (const auto& mb : c["micro_batches"]) {
+      TrainBatch b;
+      for (size_t d = 0; d < mb["docs"].size(); ++d) {
+        const auto ids = mb["docs"][d].get<std::vector<int32_t>>();
+        if (mb.contains("masks")) {
+          const auto mask = mb["masks"][d].get<std::vector<uint8_t>>();
+          b.add_document(ids, &mask);
+        } else {
+          b.add_document(ids);
+        }
+      }
+      micro.push_back(std::move(b));
+    }
+    auto strategy = make_strategy(c.value("train_type", "seq"), c.value("label_smoothing", 0.0f));
+    AdamWConfig oc;
+    oc.beta1 = c.value("beta1", 0.9f);
+    oc.beta2 = c.value("beta2", 0.95f);
+    oc.eps = c.value("eps", 1e-8f);
+    oc.weight_decay = c.value("weight_decay", 0.1f);
+    AdamW adam(model.layout(), oc);
+    const auto lrs = c["lrs"].get<std::vector<double>>();
+    const double max_norm = c.value("max_grad_norm", 0.0);
+
+    Json result;
+    std::vector<double> losses, norms;
+    for (size_t step = 0; step < lrs.size(); ++step) {
+      model.zero_grads();
+      double loss = 0.0;
+      for (const auto& b : micro)
+        loss += strategy->run(model, b, 1.0f / static_cast<float>(micro.size())).loss() / micro.size();
+      if (step == 0) {
+        std::vector<NamedBlob> blobs;
+        for (const auto& s : model.layout().specs())
+          blobs.push_back({s.name, s.shape, model.grads().data() + s.offset});
+        write_safetensors_f32(dir + "/grads.safetensors", blobs);
+      }
+      norms.push_back(clip_grad_norm(model.grads().data(), model.grads().size(), max_norm));
+      adam.step(model.params().data(), model.grads().data(), static_cast<float>(lrs[step]));
+      losses.push_back(loss);
+    }
+    result["losses"] = losses;
+    result["grad_norms"] = norms;
+    write_file_atomic(dir + "/result.json", result.dump());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
