@@ -36,17 +36,23 @@ Arch arch_from_hf_config(const Json& c, const std::string& where) {
   const bool attention_bias = json_optional<bool>(c, "attention_bias", false, where);
   a.qkv_bias = mt == "qwen2" || attention_bias;
   a.o_bias = attention_bias && mt != "qwen2";
-  a.qk_norm = mt == "qwen3" || json_optional<bool>(c, "use_qk_norm", false, where) ||
-              json_optional<bool>(c, "qk_norm", false, where);
-  a.attn_gate = json_optional<bool>(c, "use_gated_attention", false, where) ||
-                json_optional<bool>(c, "use_gate", false, where) ||
-                json_optional<bool>(c, "attn_gate", false, where);
-  const std::string pairing = json_optional<std::string>(c, "rope_pairing", "half", where);
-  ASTRAI_CHECK(pairing == "half" || pairing == "interleaved", where,
-               ": rope_pairing must be \"half\" or \"interleaved\"");
-  a.rope_pairing = (pairing == "interleaved" || json_optional<bool>(c, "rope_interleaved", false, where))
-                       ? kernels::RopePairing::kInterleaved
-                       : kernels::RopePairing::kHalf;
+  const bool own = mt == "autoregressive_lm";
+  if (own) {
+    a.qk_norm = json_optional<bool>(c, "use_qk_norm", false, where);
+    a.qk_norm_after_rope = true;
+    a.attn_gate = json_optional<bool>(c, "use_gated_attention", false, where);
+  } else {
+    a.qk_norm = mt == "qwen3";
+    ASTRAI_CHECK(!json_optional<bool>(c, "use_gated_attention", false, where) &&
+                     !json_optional<bool>(c, "use_qk_norm", false, where),
+                 where, ": use_gated_attention / use_qk_norm are only defined for autoregressive_lm");
+  }
+  ASTRAI_CHECK(!json_optional<bool>(c, "mlp_bias", false, where), where,
+               ": mlp_bias is not supported by the trainer");
+  const std::string pairing = json_optional<std::string>(c, "rope_pairing", own ? "adjacent" : "half", where);
+  ASTRAI_CHECK(pairing == "half" || pairing == "adjacent", where,
+               ": rope_pairing must be \"half\" or \"adjacent\"");
+  a.rope_pairing = pairing == "adjacent" ? kernels::RopePairing::kInterleaved : kernels::RopePairing::kHalf;
   if (c.contains("rope_scaling") && c["rope_scaling"].is_object()) {
     const Json& s = c["rope_scaling"];
     const std::string w = where + ": rope_scaling";
@@ -92,9 +98,13 @@ Json arch_to_hf_config(const Arch& a) {
   c["hidden_act"] = "silu";
   c["torch_dtype"] = "float32";
   if (a.model_type != "qwen2") c["attention_bias"] = a.qkv_bias;
-  if (a.qk_norm && a.model_type != "qwen3") c["use_qk_norm"] = true;
-  if (a.attn_gate) c["use_gated_attention"] = true;
-  if (a.rope_pairing == kernels::RopePairing::kInterleaved) c["rope_pairing"] = "interleaved";
+  const bool own = a.model_type == "autoregressive_lm";
+  if (own) {
+    c["use_qk_norm"] = a.qk_norm;
+    c["use_gated_attention"] = a.attn_gate;
+  }
+  const bool adjacent = a.rope_pairing == kernels::RopePairing::kInterleaved;
+  if (adjacent != own) c["rope_pairing"] = adjacent ? "adjacent" : "half";
   const auto& rs = a.rope_scaling;
   if (!rs.type.empty() && rs.type != "default") {
     Json s;

@@ -27,6 +27,7 @@ struct Arch {
   bool qkv_bias = false;        // qwen2, or attention_bias: true
   bool o_bias = false;          // attention_bias: true on llama also biases o_proj
   bool qk_norm = false;         // qwen3: RMSNorm over head_dim of q and k before RoPE
+  bool qk_norm_after_rope = false;  // autoregressive_lm (reference AstrAI) order
   bool attn_gate = false;       // out = attn ∘ sigmoid(x·Wg^T) before o_proj
   bool tie_embeddings = false;  // lm_head shares embed_tokens
   int64_t max_position = 4096;

@@ -124,9 +124,14 @@ void TrainModel::layer_forward(int64_t l, const TrainBatch& batch, const LayerAc
   const int64_t T = batch.num_tokens(), D = a.hidden_size, QD = a.q_dim(), KVD = a.kv_dim(),
                 I = a.intermediate_size, H = a.num_heads, KV = a.num_kv_heads, hd = a.head_dim;
   kernels::rmsnorm_forward_train(A.x_in, P.input_norm, T, D, a.norm_eps, A.xn1, A.rstd1);
+  const int32_t* pos = batch.positions.data();
   if (a.qk_norm) {
     linear_f32(A.xn1, T, P.wq, QD, D, P.bq, A.q_raw);
     linear_f32(A.xn1, T, P.wk, KVD, D, P.bk, A.k_raw);
+    if (a.qk_norm_after_rope) {
+      kernels::rope_apply(A.q_raw, pos, T, H, hd, hd, a.rope_pairing, rope_, false);
+      kernels::rope_apply(A.k_raw, pos, T, KV, hd, hd, a.rope_pairing, rope_, false);
+    }
     kernels::rmsnorm_forward_train(A.q_raw, P.q_norm, T * H, hd, a.norm_eps, A.q, A.rstd_q);
     kernels::rmsnorm_forward_train(A.k_raw, P.k_norm, T * KV, hd, a.norm_eps, A.k, A.rstd_k);
   } else {
@@ -134,8 +139,10 @@ void TrainModel::layer_forward(int64_t l, const TrainBatch& batch, const LayerAc
     linear_f32(A.xn1, T, P.wk, KVD, D, P.bk, A.k);
   }
   linear_f32(A.xn1, T, P.wv, KVD, D, P.bv, A.v);
-  kernels::rope_apply(A.q, batch.positions.data(), T, H, hd, hd, a.rope_pairing, rope_, false);
-  kernels::rope_apply(A.k, batch.positions.data(), T, KV, hd, hd, a.rope_pairing, rope_, false);
+  if (!(a.qk_norm && a.qk_norm_after_rope)) {
+    kernels::rope_apply(A.q, pos, T, H, hd, hd, a.rope_pairing, rope_, false);
+    kernels::rope_apply(A.k, pos, T, KV, hd, hd, a.rope_pairing, rope_, false);
+  }
   const kernels::AttnShape shape{H, KV, hd, hd, 1.0f / std::sqrt(static_cast<float>(hd))};
   kernels::attention_forward_train(A.q, A.k, A.v, batch.docs, shape, A.att, A.lse);
   const float* y = A.att;
@@ -208,11 +215,19 @@ void TrainModel::layer_backward(int64_t l, const TrainBatch& batch, const LayerA
   }
   const kernels::AttnShape shape{H, KV, hd, hd, 1.0f / std::sqrt(static_cast<float>(hd))};
   kernels::attention_backward(d_att_, A.q, A.k, A.v, A.att, A.lse, batch.docs, shape, d_q_, d_k_, d_v_);
-  kernels::rope_apply(d_q_, batch.positions.data(), T, H, hd, hd, a.rope_pairing, rope_, true);
-  kernels::rope_apply(d_k_, batch.positions.data(), T, KV, hd, hd, a.rope_pairing, rope_, true);
+  const int32_t* pos = batch.positions.data();
+  const bool rope_first = a.qk_norm && a.qk_norm_after_rope;  // forward: rope, then norm
+  if (!rope_first) {
+    kernels::rope_apply(d_q_, pos, T, H, hd, hd, a.rope_pairing, rope_, true);
+    kernels::rope_apply(d_k_, pos, T, KV, hd, hd, a.rope_pairing, rope_, true);
+  }
   if (a.qk_norm) {
     kernels::rmsnorm_backward(d_q_, A.q_raw, P.q_norm, A.rstd_q, T * H, hd, d_q_, false, G.q_norm);
     kernels::rmsnorm_backward(d_k_, A.k_raw, P.k_norm, A.rstd_k, T * KV, hd, d_k_, false, G.k_norm);
+  }
+  if (rope_first) {
+    kernels::rope_apply(d_q_, pos, T, H, hd, hd, a.rope_pairing, rope_, true);
+    kernels::rope_apply(d_k_, pos, T, KV, hd, hd, a.rope_pairing, rope_, true);
   }
   linear_backward_f32(d_q_, A.xn1, T, P.wq, QD, D, d_xn_, have_dxn, G.wq, G.bq);
   linear_backward_f32(d_k_, A.xn1, T, P.wk, KVD, D, d_xn_, true, G.wk, G.bk);

@@ -34,19 +34,20 @@ CONFIGS = {
                     num_attention_heads=3, num_key_value_heads=3, intermediate_size=40,
                     rms_norm_eps=1e-6, rope_theta=1000000.0, tie_word_embeddings=False),
         label_smoothing=0.0, docs=[[9, 12], [7, 10, 5]], micro=2, max_grad_norm=0.5),
-    # Qwen3: qk-norm, explicit head_dim != hidden/heads, GQA 4:1, plus the sigmoid output gate.
-    "qwen3_qknorm_gate": dict(
-        config=dict(model_type="qwen3", vocab_size=67, hidden_size=32, num_hidden_layers=2,
+    # Reference AstrAI model: adjacent RoPE pairing, qk-norm after RoPE, sigmoid output gate,
+    # explicit head_dim != hidden/heads, GQA 4:1.
+    "arlm_qknorm_gate": dict(
+        config=dict(model_type="autoregressive_lm", use_qk_norm=True, vocab_size=67, hidden_size=32, num_hidden_layers=2,
                     num_attention_heads=4, num_key_value_heads=1, head_dim=12, intermediate_size=56,
                     rms_norm_eps=1e-6, rope_theta=10000.0, tie_word_embeddings=True,
                     use_gated_attention=True),
         label_smoothing=0.05, docs=[[14, 6, 9], [12]]),
-    # Mistral with interleaved RoPE pairing and llama3 rope scaling, llama attention_bias (o bias).
-    "mistral_interleaved_llama3": dict(
+    # Mistral with adjacent (interleaved) RoPE pairing and llama3 rope scaling, llama attention_bias (o bias).
+    "mistral_adjacent_llama3": dict(
         config=dict(model_type="mistral", vocab_size=59, hidden_size=32, num_hidden_layers=3,
                     num_attention_heads=4, num_key_value_heads=2, intermediate_size=64,
                     rms_norm_eps=1e-5, rope_theta=500000.0, tie_word_embeddings=False,
-                    rope_pairing="interleaved", attention_bias=True, max_position_embeddings=64,
+                    rope_pairing="adjacent", attention_bias=True, max_position_embeddings=64,
                     rope_scaling=dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0,
                                       high_freq_factor=4.0, original_max_position_embeddings=16)),
         label_smoothing=0.0, docs=[[21, 8], [15, 11, 6]]),
@@ -97,7 +98,7 @@ def param_shapes(c):
     hd = c.get("head_dim", D // H)
     qkv_bias = c["model_type"] == "qwen2" or c.get("attention_bias", False)
     o_bias = c.get("attention_bias", False) and c["model_type"] != "qwen2"
-    qk_norm = c["model_type"] == "qwen3"
+    qk_norm = c["model_type"] == "qwen3" or c.get("use_qk_norm", False)
     s = {"model.embed_tokens.weight": (V, D)}
     for l in range(c["num_hidden_layers"]):
         p = f"model.layers.{l}."
@@ -184,7 +185,8 @@ def forward_logits(c, P, ids):
     ang = np.arange(L, dtype=np.float32)[:, None] * inv[None, :]
     cos = torch.from_numpy((np.cos(ang) * np.float32(scale)).astype(np.float32)).double()
     sin = torch.from_numpy((np.sin(ang) * np.float32(scale)).astype(np.float32)).double()
-    interleaved = c.get("rope_pairing") == "interleaved"
+    own = c["model_type"] == "autoregressive_lm"
+    interleaved = c.get("rope_pairing", "adjacent" if own else "half") == "adjacent"
     x = P["model.embed_tokens.weight"][torch.tensor(ids)]
     mask = torch.triu(torch.ones(L, L, dtype=torch.bool), 1)
     for l in range(c["num_hidden_layers"]):
@@ -196,9 +198,13 @@ def forward_logits(c, P, ids):
             b = g(f"self_attn.{n}_proj.bias")
             return y + b if b is not None else y
         q, k, v = proj("q").view(L, H, hd), proj("k").view(L, KV, hd), proj("v").view(L, KV, hd)
-        if g("self_attn.q_norm.weight") is not None:
+        qn = g("self_attn.q_norm.weight") is not None
+        if qn and own:  # the reference normalises after RoPE
+            q, k = rope(q, cos, sin, interleaved), rope(k, cos, sin, interleaved)
+        if qn:
             q, k = rms(q, g("self_attn.q_norm.weight"), eps), rms(k, g("self_attn.k_norm.weight"), eps)
-        q, k = rope(q, cos, sin, interleaved), rope(k, cos, sin, interleaved)
+        if not (qn and own):
+            q, k = rope(q, cos, sin, interleaved), rope(k, cos, sin, interleaved)
         k, v = k.repeat_interleave(H // KV, dim=1), v.repeat_interleave(H // KV, dim=1)
         scores = torch.einsum("ihd,jhd->hij", q, k) / math.sqrt(hd)
         probs = torch.softmax(scores.masked_fill(mask, float("-inf")), dim=-1)
