@@ -41,6 +41,8 @@ class TokenDecoder {
  public:
   virtual ~TokenDecoder() = default;
   virtual std::string push(int32_t id) = 0;
+  // End of the choice: bytes still held by the decoder.
+  virtual std::string flush() { return {}; }
 };
 
 // Text side of the engine; its const methods are called from any thread.
@@ -55,5 +57,9 @@ class TextCodec {
   virtual std::unique_ptr<TokenDecoder> decoder() const = 0;
   virtual std::string decode(const std::vector<int32_t>& ids) const = 0;
 };
+
+// Adapters to the real model::Transformer and tokenizer::Tokenizer (transformer_backend.cc).
+std::unique_ptr<ForwardBackend> make_transformer_backend(std::shared_ptr<const model::Transformer> model);
+std::unique_ptr<TextCodec> make_tokenizer_codec(std::shared_ptr<const tokenizer::Tokenizer> tokenizer);
 
 }  // namespace astrai::infer

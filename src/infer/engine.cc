@@ -346,6 +346,18 @@ void Engine::Impl::prompt_logprobs(Sequence* seq, int32_t first_index, int32_t r
   if (seq->num_computed >= seq->prompt_len) seq->prompt_logprobs_done = true;
 }
 
+std::string Engine::Impl::drain_text(Sequence* seq, FinishReason* finish) {
+  // What the detokenizer still holds can complete a stop string too.
+  bool stopped = false;
+  std::string out = seq->text->push(seq->decoder->flush(), &stopped);
+  if (stopped) {
+    *finish = FinishReason::kStopString;
+    seq->result.matched_stop = seq->text->matched();
+    return out;
+  }
+  return out + seq->text->flush();
+}
+
 void Engine::Impl::sample(Sequence* seq, float* logits) {
   RequestState* req = seq->req;
   const SamplingParams& p = req->request.sampling;
@@ -366,7 +378,7 @@ void Engine::Impl::sample(Sequence* seq, float* logits) {
   FinishReason finish = FinishReason::kNone;
   if (std::binary_search(req->stop_ids.begin(), req->stop_ids.end(), out.token)) {
     finish = FinishReason::kStop;
-    if (seq->text) delta.text = seq->text->flush();
+    if (seq->text) delta.text = drain_text(seq, &finish);
   } else if (seq->text) {
     bool stopped = false;
     delta.text = seq->text->push(seq->decoder->push(out.token), &stopped);
@@ -377,7 +389,7 @@ void Engine::Impl::sample(Sequence* seq, float* logits) {
   }
   if (finish == FinishReason::kNone && static_cast<int32_t>(seq->tokens.size()) >= req->max_len) {
     finish = FinishReason::kLength;
-    if (seq->text) delta.text += seq->text->flush();
+    if (seq->text) delta.text += drain_text(seq, &finish);
   }
   seq->result.text += delta.text;
   if (finish != FinishReason::kNone) finish_sequence(seq, finish, &delta);

@@ -53,6 +53,7 @@ class Engine::Impl {
   void fork(Sequence* parent);
   // Samples the next token of `seq` from `logits` and streams the result.
   void sample(Sequence* seq, float* logits);
+  std::string drain_text(Sequence* seq, FinishReason* finish);
   void prompt_logprobs(Sequence* seq, int32_t first_index, int32_t rows, const float* logits);
   void finish_sequence(Sequence* seq, FinishReason reason, ChoiceDelta* delta);
   void end_request(RequestState* req, FinishReason reason, const std::string& error);

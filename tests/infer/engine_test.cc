@@ -2,6 +2,8 @@
 // chunked prefill, paging, prefix cache, preemption, cancellation, sampling and text handling.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <future>
 #include <random>
 #include <thread>
 
@@ -55,8 +57,10 @@ void expect_pool_full(const Engine& e) {
 
 }  // namespace
 
+EngineOptions small(int32_t page_size = 4, int64_t pages = 4096, int32_t step_tokens = 2048);
+
 TEST(Engine, GreedyMatchesFullRecomputation) {
-  auto rig = make_engine();
+  auto rig = make_engine(small());
   std::mt19937 rng(1);
   auto prompt = random_prompt(rng, 37);
   auto res = rig.engine->submit(greedy(prompt, 20)).wait();
@@ -66,4 +70,399 @@ TEST(Engine, GreedyMatchesFullRecomputation) {
   EXPECT_EQ(res.prompt_tokens, 37);
   EXPECT_EQ(res.completion_tokens, 20);
   expect_pool_full(*rig.engine);
+}
+
+EngineOptions small(int32_t page_size, int64_t pages, int32_t step_tokens) {
+  EngineOptions o;
+  o.page_size = page_size;
+  // FakeModel: 2 layers, 1 kv head, k/v dim 2 -> 32 bytes per token.
+  o.kv_cache_bytes = pages * page_size * 32;
+  o.max_step_tokens = step_tokens;
+  return o;
+}
+
+TEST(Engine, SixteenConcurrentRaggedRequestsChunked) {
+  auto rig = make_engine(small(4, 4096, 64));
+  std::mt19937 rng(2);
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<int32_t> gens;
+  for (int i = 0; i < 16; ++i) {
+    prompts.push_back(random_prompt(rng, 1 + rng() % 150));
+    gens.push_back(1 + rng() % 40);
+  }
+  std::vector<RequestHandle> handles;
+  std::vector<std::thread> threads;
+  std::mutex mu;
+  for (int i = 0; i < 16; ++i)
+    threads.emplace_back([&, i] {
+      auto h = rig.engine->submit(greedy(prompts[i], gens[i]));
+      std::lock_guard<std::mutex> lock(mu);
+      handles.push_back(h);
+    });
+  for (auto& t : threads) t.join();
+  for (auto& h : handles) {
+    auto r = h.wait();
+    auto it = std::find(prompts.begin(), prompts.end(), r.prompt_ids);
+    ASSERT_NE(it, prompts.end());
+    const size_t i = it - prompts.begin();
+    EXPECT_EQ(r.choices[0].token_ids, reference_greedy(prompts[i], 300, gens[i])) << "request " << i;
+  }
+  EXPECT_LE(rig.model->max_batch_tokens.load(), 64);
+  EXPECT_GT(rig.model->max_batch_seqs.load(), 1);
+  expect_pool_full(*rig.engine);
+}
+
+TEST(Engine, PreemptionWhenPagesRunOutGivesSameOutput) {
+  // 40 pages of 4 tokens; 8 requests that each need 13 pages.
+  auto opt = small(4, 40, 256);
+  auto rig = make_engine(opt);
+  std::mt19937 rng(3);
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<RequestHandle> handles;
+  for (int i = 0; i < 8; ++i) {
+    prompts.push_back(random_prompt(rng, 20));
+    handles.push_back(rig.engine->submit(greedy(prompts.back(), 30)));
+  }
+  for (int i = 0; i < 8; ++i) {
+    auto r = handles[i].wait();
+    EXPECT_EQ(r.choices[0].token_ids, reference_greedy(prompts[i], 300, 30)) << "request " << i;
+    EXPECT_EQ(r.choices[0].finish, FinishReason::kLength);
+  }
+  EXPECT_GT(rig.engine->stats().preemptions, 0u);
+  expect_pool_full(*rig.engine);
+}
+
+TEST(Engine, PrefixSharedBetweenRunningAndNewRequest) {
+  auto rig = make_engine(small(4));
+  std::mt19937 rng(4);
+  auto prefix = random_prompt(rng, 64);
+  std::atomic<int> produced{0};
+  std::promise<void> ten;
+  auto a = rig.engine->submit(greedy(prefix, 3000), [&](const ChoiceDelta& d) {
+    if (++produced == 10) ten.set_value();
+  });
+  ten.get_future().wait();
+  // A is still running: its prompt pages (and its first generated pages) are shared.
+  auto prompt_b = prefix;
+  auto ref_a = reference_greedy(prefix, 300, 8);
+  prompt_b.insert(prompt_b.end(), ref_a.begin(), ref_a.begin() + 8);
+  prompt_b.push_back(7);
+  auto rb = rig.engine->submit(greedy(prompt_b, 20)).wait();
+  EXPECT_FALSE(a.done());
+  EXPECT_EQ(rb.cached_prompt_tokens, 72);  // 18 full pages of 73 tokens (the last token recomputes)
+  EXPECT_EQ(rb.choices[0].token_ids, reference_greedy(prompt_b, 300, 20));
+  rig.engine->cancel(a);
+  auto ra = a.wait();
+  ASSERT_GE(ra.choices[0].token_ids.size(), 10u);
+  EXPECT_EQ(ra.choices[0].token_ids, reference_greedy(prefix, 300, ra.choices[0].token_ids.size()));
+  EXPECT_GE(rig.engine->stats().prefix_cache_hit_tokens, 72u);
+  expect_pool_full(*rig.engine);
+}
+
+TEST(Engine, WholePromptInCacheStillRecomputesLastToken) {
+  auto rig = make_engine(small(16));
+  std::mt19937 rng(5);
+  auto prompt = random_prompt(rng, 32);
+  auto r1 = rig.engine->submit(greedy(prompt, 5)).wait();
+  auto r2 = rig.engine->submit(greedy(prompt, 5)).wait();
+  EXPECT_EQ(r1.cached_prompt_tokens, 0);
+  EXPECT_EQ(r2.cached_prompt_tokens, 16);
+  EXPECT_EQ(r1.choices[0].token_ids, r2.choices[0].token_ids);
+  EXPECT_EQ(r2.choices[0].token_ids, reference_greedy(prompt, 300, 5));
+  // Invalidation (new weights): nothing matches any more.
+  rig.engine->invalidate_prefix_cache(1);
+  auto r3 = rig.engine->submit(greedy(prompt, 5)).wait();
+  EXPECT_EQ(r3.cached_prompt_tokens, 0);
+  EXPECT_EQ(r3.choices[0].token_ids, r1.choices[0].token_ids);
+  expect_pool_full(*rig.engine);
+}
+
+TEST(Engine, PrefixCacheOffNeverHits) {
+  auto opt = small(4);
+  opt.prefix_cache = false;
+  auto rig = make_engine(opt);
+  std::vector<int32_t> prompt(40, 3);
+  rig.engine->submit(greedy(prompt, 3)).wait();
+  auto r = rig.engine->submit(greedy(prompt, 3)).wait();
+  EXPECT_EQ(r.cached_prompt_tokens, 0);
+  EXPECT_EQ(rig.engine->stats().kv_pages_cached, 0);
+}
+
+TEST(Engine, CancelMidPrefillReturnsPages) {
+  auto rig = make_engine(small(4, 4096, 8));
+  std::mt19937 rng(6);
+  std::promise<void> started;
+  std::atomic<int> forwards{0};
+  rig.model->before_forward = [&](const astrai::model::Batch&) {
+    if (++forwards == 3) started.set_value();
+  };
+  auto h = rig.engine->submit(greedy(random_prompt(rng, 200), 10));
+  started.get_future().wait();
+  rig.engine->cancel(h);
+  auto r = h.wait();
+  EXPECT_EQ(r.choices[0].finish, FinishReason::kCancelled);
+  EXPECT_TRUE(r.choices[0].token_ids.empty());
+  EXPECT_LT(rig.model->forwards.load(), 25);  // 200 / 8 steps would be needed to finish prefill
+  expect_pool_full(*rig.engine);
+}
+
+TEST(Engine, CancelMidDecodeFromCallback) {
+  auto rig = make_engine(small(4));
+  std::mt19937 rng(7);
+  RequestHandle* self = nullptr;
+  Engine* engine = rig.engine.get();
+  std::atomic<int> n{0};
+  std::vector<ChoiceDelta> deltas;
+  auto h = engine->submit(greedy(random_prompt(rng, 30), 1000), [&](const ChoiceDelta& d) {
+    deltas.push_back(d);
+    if (++n == 5) engine->cancel(*self);
+  });
+  self = &h;
+  auto r = h.wait();
+  EXPECT_EQ(r.choices[0].finish, FinishReason::kCancelled);
+  EXPECT_GE(r.choices[0].token_ids.size(), 5u);
+  EXPECT_LE(r.choices[0].token_ids.size(), 6u);
+  ASSERT_FALSE(deltas.empty());
+  EXPECT_EQ(deltas.back().finish, FinishReason::kCancelled);
+  expect_pool_full(*rig.engine);
+}
+
+TEST(Engine, NChoicesShareThePromptPages) {
+  auto rig = make_engine(small(4));
+  std::mt19937 rng(8);
+  auto prompt = random_prompt(rng, 23);  // the last page is partial: forked by copy
+  auto req = greedy(prompt, 12);
+  req.sampling.n = 3;
+  auto r = rig.engine->submit(req).wait();
+  ASSERT_EQ(r.choices.size(), 3u);
+  for (const auto& c : r.choices) EXPECT_EQ(c.token_ids, reference_greedy(prompt, 300, 12));
+  // Sampled choices differ from one another but are reproducible with a seed.
+  req.sampling.temperature = 1.0f;
+  req.sampling.seed = 42;
+  req.sampling.n = 4;
+  auto s1 = rig.engine->submit(req).wait();
+  auto s2 = rig.engine->submit(req).wait();
+  ASSERT_EQ(s1.choices.size(), 4u);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(s1.choices[i].token_ids, s2.choices[i].token_ids);
+  EXPECT_NE(s1.choices[0].token_ids, s1.choices[1].token_ids);
+  EXPECT_EQ(s1.completion_tokens, 48);
+  expect_pool_full(*rig.engine);
+}
+
+TEST(Engine, SeedGivesSameOutputWhateverTheBatch) {
+  auto rig = make_engine(small(4, 4096, 32));
+  std::mt19937 rng(9);
+  auto prompt = random_prompt(rng, 40);
+  GenerationRequest req = greedy(prompt, 25);
+  req.sampling.temperature = 0.8f;
+  req.sampling.top_p = 0.9f;
+  req.sampling.top_k = 50;
+  req.sampling.seed = 1234;
+  auto alone = rig.engine->submit(req).wait();
+  std::vector<RequestHandle> others;
+  for (int i = 0; i < 20; ++i) {
+    auto o = greedy(random_prompt(rng, 1 + rng() % 100), 30);
+    o.sampling.temperature = 1.0f;
+    others.push_back(rig.engine->submit(o));
+  }
+  auto batched = rig.engine->submit(req).wait();
+  EXPECT_EQ(alone.choices[0].token_ids, batched.choices[0].token_ids);
+  req.sampling.seed = 99;
+  auto other_seed = rig.engine->submit(req).wait();
+  EXPECT_NE(alone.choices[0].token_ids, other_seed.choices[0].token_ids);
+  for (auto& o : others) o.wait();
+  expect_pool_full(*rig.engine);
+}
+
+TEST(Engine, LongPromptsErrorOrTruncateLeft) {
+  auto rig = make_engine(small(4), 300, 128);
+  std::mt19937 rng(10);
+  auto prompt = random_prompt(rng, 200);
+  EXPECT_THROW(rig.engine->submit(greedy(prompt, 5)), astrai::Error);
+  auto req = greedy(prompt, 5);
+  req.truncate_left = true;
+  auto r = rig.engine->submit(req).wait();
+  EXPECT_EQ(r.prompt_tokens, 127);
+  EXPECT_EQ(r.prompt_ids, std::vector<int32_t>(prompt.end() - 127, prompt.end()));
+  EXPECT_EQ(r.choices[0].token_ids.size(), 1u);
+  EXPECT_EQ(r.choices[0].finish, FinishReason::kLength);
+}
+
+TEST(Engine, MaxTokensBeyondContextIsClamped) {
+  auto rig = make_engine(small(4), 300, 64);
+  std::mt19937 rng(11);
+  auto prompt = random_prompt(rng, 50);
+  auto r = rig.engine->submit(greedy(prompt, 1000)).wait();
+  EXPECT_EQ(r.choices[0].token_ids.size(), 14u);
+  EXPECT_EQ(r.choices[0].finish, FinishReason::kLength);
+  EXPECT_EQ(r.choices[0].token_ids, reference_greedy(prompt, 300, 14));
+}
+
+TEST(Engine, StopStringsAcrossTokenBoundariesAreNeverEmitted) {
+  auto rig = make_engine(small(4));
+  std::vector<int32_t> prompt(10, 'x');
+  // Positions 10.. produce: "a", "ST", "OP", "b".
+  rig.model->forced_next = {{10, 'a'}, {11, 262}, {12, 263}, {13, 'b'}};
+  for (const char* stop : {"STOP", "TO", "aS"}) {
+    auto req = greedy(prompt, 10);
+    req.sampling.stop_strings = {stop, "never"};
+    std::string streamed;
+    auto r = rig.engine->submit(req, [&](const ChoiceDelta& d) { streamed += d.text; }).wait();
+    const std::string expect = std::string(stop) == "STOP" ? "a" : std::string(stop) == "TO" ? "aS" : "";
+    EXPECT_EQ(r.choices[0].text, expect) << stop;
+    EXPECT_EQ(streamed, expect) << stop;
+    EXPECT_EQ(r.choices[0].finish, FinishReason::kStopString);
+    EXPECT_EQ(r.choices[0].matched_stop, stop);
+  }
+  // A stop-string prefix that never completes is emitted in the end.
+  auto req = greedy(prompt, 2);
+  req.sampling.stop_strings = {"STX"};
+  auto r = rig.engine->submit(req).wait();
+  EXPECT_EQ(r.choices[0].text, "aST");
+  EXPECT_EQ(r.choices[0].finish, FinishReason::kLength);
+}
+
+TEST(Engine, Utf8SplitAcrossTokensIsHeldUntilWhole) {
+  auto rig = make_engine(small(4));
+  std::vector<int32_t> prompt(6, 'x');
+  // "\xE2\x82" + "\xAC" = "€", then "\xF0\x9F" + "\x98\x80" = "😀".
+  rig.model->forced_next = {{6, 258}, {7, 259}, {8, 260}, {9, 261}, {10, 'z'}};
+  std::vector<std::string> pieces;
+  auto r = rig.engine->submit(greedy(prompt, 5), [&](const ChoiceDelta& d) { pieces.push_back(d.text); }).wait();
+  EXPECT_EQ(r.choices[0].text, "\xE2\x82\xAC\xF0\x9F\x98\x80z");
+  EXPECT_EQ(pieces, (std::vector<std::string>{"", "\xE2\x82\xAC", "", "\xF0\x9F\x98\x80", "z"}));
+}
+
+TEST(Engine, StopTokenEndsChoiceWithoutText) {
+  auto rig = make_engine(small(4), 300, 4096, /*eos=*/{264});
+  std::vector<int32_t> prompt(6, 'x');
+  rig.model->forced_next = {{6, 'o'}, {7, 'k'}, {8, 264}, {9, 'z'}};
+  auto r = rig.engine->submit(greedy(prompt, 10)).wait();
+  EXPECT_EQ(r.choices[0].text, "ok");
+  EXPECT_EQ(r.choices[0].finish, FinishReason::kStop);
+  EXPECT_EQ(r.choices[0].token_ids, (std::vector<int32_t>{'o', 'k', 264}));
+  auto req = greedy(prompt, 4);
+  req.sampling.ignore_eos = true;
+  auto r2 = rig.engine->submit(req).wait();
+  EXPECT_EQ(r2.choices[0].finish, FinishReason::kLength);
+  EXPECT_EQ(r2.choices[0].token_ids.size(), 4u);
+}
+
+TEST(Engine, TextPromptsAndMessages) {
+  auto rig = make_engine(small(4));
+  GenerationRequest req;
+  req.prompt_text = "hello";
+  req.sampling.temperature = 0;
+  req.sampling.max_tokens = 3;
+  auto r = rig.engine->submit(req).wait();
+  EXPECT_EQ(r.prompt_ids, (std::vector<int32_t>{'h', 'e', 'l', 'l', 'o'}));
+  GenerationRequest chat;
+  chat.messages = astrai::Json::array({{{"role", "user"}, {"content", "hi"}}});
+  chat.sampling.max_tokens = 2;
+  auto rc = rig.engine->submit(chat).wait();
+  const std::string rendered = "user: hi\nassistant: ";
+  EXPECT_EQ(rc.prompt_tokens, static_cast<int32_t>(rendered.size()));
+}
+
+TEST(Engine, LogprobsAndPromptLogprobsMatchTheModel) {
+  auto rig = make_engine(small(4));
+  std::mt19937 rng(12);
+  auto prompt = random_prompt(rng, 9);
+  auto req = greedy(prompt, 3);
+  req.sampling.logprobs = 2;
+  req.prompt_logprobs = true;
+  auto r = rig.engine->submit(req).wait();
+  auto log_softmax = [](std::vector<float> l) {
+    float mx = *std::max_element(l.begin(), l.end());
+    double s = 0;
+    for (float v : l) s += std::exp(double(v) - mx);
+    for (auto& v : l) v = v - mx - float(std::log(s));
+    return l;
+  };
+  ASSERT_EQ(r.prompt_logprobs.size(), prompt.size());
+  for (size_t i = 1; i < prompt.size(); ++i) {
+    auto ls = log_softmax(reference_logits(std::vector<int32_t>(prompt.begin(), prompt.begin() + i), 300));
+    EXPECT_NEAR(r.prompt_logprobs[i].logprob, ls[prompt[i]], 1e-4) << i;
+    EXPECT_EQ(r.prompt_logprobs[i].top.size(), 2u);
+  }
+  auto tokens = prompt;
+  ASSERT_EQ(r.choices[0].logprobs.size(), 3u);
+  for (int k = 0; k < 3; ++k) {
+    auto ls = log_softmax(reference_logits(tokens, 300));
+    const int32_t t = r.choices[0].token_ids[k];
+    EXPECT_NEAR(r.choices[0].logprobs[k].logprob, ls[t], 1e-4);
+    EXPECT_EQ(r.choices[0].logprobs[k].top[0].first, t);  // greedy picks the top one
+    tokens.push_back(t);
+  }
+}
+
+TEST(Engine, BadRequestsThrowClearErrors) {
+  auto rig = make_engine(small(4));
+  EXPECT_THROW(rig.engine->submit(greedy({}, 3)), astrai::Error);
+  EXPECT_THROW(rig.engine->submit(greedy({1, 2, 999}, 3)), astrai::Error);
+  auto req = greedy({1, 2}, 3);
+  req.sampling.top_p = 0;
+  EXPECT_THROW(rig.engine->submit(req), astrai::Error);
+  req = greedy({1, 2}, 0);
+  EXPECT_THROW(rig.engine->submit(req), astrai::Error);
+}
+
+TEST(Engine, RandomSubmitCancelFinishPreemptKeepsPagesAccounted) {
+  // Small pool (preemption), small steps (chunked prefill), shared prefixes (prefix cache),
+  // random cancellation from another thread and from callbacks; every page must come back.
+  auto rig = make_engine(small(4, 60, 24));
+  std::mt19937 rng(13);
+  auto common = random_prompt(rng, 40);
+  struct Item {
+    std::vector<int32_t> prompt;
+    int32_t max_tokens;
+    bool cancel;
+    RequestHandle handle{nullptr};
+  };
+  std::vector<Item> items;
+  for (int round = 0; round < 25; ++round) {
+    std::vector<size_t> batch;
+    for (int i = 0; i < 12; ++i) {
+      Item it;
+      it.prompt = rng() % 2 ? std::vector<int32_t>(common.begin(), common.begin() + rng() % 40 + 1)
+                            : random_prompt(rng, 1 + rng() % 60);
+      const int extra = rng() % 10;
+      for (int k = 0; k < extra; ++k) it.prompt.push_back(rng() % 256);
+      if (it.prompt.empty()) it.prompt.push_back(1);
+      it.max_tokens = 1 + rng() % 25;
+      it.cancel = rng() % 4 == 0;
+      auto req = greedy(it.prompt, it.max_tokens);
+      if (rng() % 5 == 0) req.sampling.n = 2;
+      it.handle = rig.engine->submit(req);
+      items.push_back(std::move(it));
+      batch.push_back(items.size() - 1);
+    }
+    for (size_t i : batch)
+      if (items[i].cancel) {
+        if (rng() % 2) std::this_thread::sleep_for(std::chrono::microseconds(rng() % 2000));
+        rig.engine->cancel(items[i].handle);
+      }
+    for (size_t i : batch) {
+      auto r = items[i].handle.wait();
+      for (const auto& c : r.choices) {
+        if (c.finish == FinishReason::kCancelled) {
+          EXPECT_TRUE(items[i].cancel);
+          continue;
+        }
+        EXPECT_EQ(c.token_ids, reference_greedy(items[i].prompt, 300, items[i].max_tokens));
+      }
+    }
+    expect_pool_full(*rig.engine);
+  }
+  EXPECT_GT(rig.engine->stats().preemptions, 0u);
+  EXPECT_GT(rig.engine->stats().prefix_cache_hit_tokens, 0u);
+}
+
+TEST(Engine, DestructorCancelsUnfinishedRequests) {
+  auto rig = make_engine(small(4));
+  std::mt19937 rng(14);
+  auto h = rig.engine->submit(greedy(random_prompt(rng, 10), 100000));
+  rig.engine.reset();
+  EXPECT_TRUE(h.done());
+  EXPECT_EQ(h.wait().choices[0].finish, FinishReason::kCancelled);
 }

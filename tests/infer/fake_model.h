@@ -11,6 +11,8 @@
 #include <atomic>
 #include <cmath>
 #include <functional>
+#include <map>
+#include <algorithm>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -107,12 +109,16 @@ class FakeModel : public ForwardBackend {
                        "fake model: KV slot of index ", i, " holds position ", k0[1], " (stale or foreign page)");
           h = fake_hash_step(h, static_cast<int32_t>(k0[0]));
         }
-        fake_logits(h, info_.vocab_size, logits + size_t(wanted[row]) * info_.vocab_size);
+        float* out = logits + size_t(wanted[row]) * info_.vocab_size;
+        fake_logits(h, info_.vocab_size, out);
+        // A scripted continuation: the token at position pos + 1 is forced_next[pos + 1].
+        if (auto it = forced_next.find(pos + 1); it != forced_next.end()) out[it->second] += 100.0f;
       }
     }
   }
 
   std::function<void(const model::Batch&)> before_forward;
+  std::map<int32_t, int32_t> forced_next;  // position -> token made overwhelmingly likely there
   std::atomic<int64_t> forwards{0};
   std::atomic<int64_t> max_batch_tokens{0};
   std::atomic<int64_t> max_batch_seqs{0};

@@ -1,0 +1,176 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <set>
+
+#include "infer/sampler.h"
+#include "infer/text_stream.h"
+
+using namespace astrai::infer;
+
+namespace {
+std::vector<float> logits_of(std::vector<float> l) { return l; }
+SamplingParams params(float t) {
+  SamplingParams p;
+  p.temperature = t;
+  return p;
+}
+std::map<int32_t, int> histogram(const std::vector<float>& logits, const SamplingParams& p, int draws,
+                                 uint64_t seed = 1) {
+  Sampler s;
+  SamplerState st;
+  st.init(p, {}, static_cast<int32_t>(logits.size()), seed);
+  std::map<int32_t, int> h;
+  for (int i = 0; i < draws; ++i) {
+    auto l = logits;
+    st.generated_counts.clear();
+    ++h[s.sample(l.data(), static_cast<int32_t>(l.size()), p, st).token];
+  }
+  return h;
+}
+}  // namespace
+
+TEST(Sampler, GreedyPicksArgmaxLowestIdOnTies) {
+  Sampler s;
+  SamplerState st;
+  auto p = params(0);
+  st.init(p, {}, 4, 0);
+  auto l = logits_of({1, 3, 3, 2});
+  EXPECT_EQ(s.sample(l.data(), 4, p, st).token, 1);
+}
+
+TEST(Sampler, TopKTopPMinPRestrictTheSupport) {
+  const std::vector<float> l = {std::log(0.5f), std::log(0.3f), std::log(0.15f), std::log(0.05f)};
+  auto p = params(1);
+  p.top_k = 2;
+  auto h = histogram(l, p, 4000);
+  EXPECT_EQ(h.size(), 2u);
+  EXPECT_NEAR(h[0] / 4000.0, 0.5 / 0.8, 0.03);
+  p = params(1);
+  p.top_p = 0.85f;  // 0.5 + 0.3 = 0.8 < 0.85 -> needs the third token
+  h = histogram(l, p, 4000);
+  EXPECT_EQ(h.size(), 3u);
+  p = params(1);
+  p.min_p = 0.5f;  // keeps p >= 0.25
+  h = histogram(l, p, 4000);
+  EXPECT_EQ(h.size(), 2u);
+  p = params(1);
+  h = histogram(l, p, 20000);
+  EXPECT_EQ(h.size(), 4u);
+  EXPECT_NEAR(h[3] / 20000.0, 0.05, 0.01);
+}
+
+TEST(Sampler, SeedReproducesAndTemperatureSharpens) {
+  std::vector<float> l(50);
+  for (int i = 0; i < 50; ++i) l[i] = std::sin(i * 1.7f) * 0.5f + i * 0.1f;
+  auto p = params(1);
+  EXPECT_EQ(histogram(l, p, 200, 5), histogram(l, p, 200, 5));
+  EXPECT_NE(histogram(l, p, 200, 5), histogram(l, p, 200, 6));
+  auto cold = params(0.01f);
+  auto h = histogram(l, cold, 500);
+  int best = std::max_element(l.begin(), l.end()) - l.begin();
+  EXPECT_GT(h[best], 480);
+}
+
+TEST(Sampler, PenaltiesAndLogitBias) {
+  Sampler s;
+  SamplerState st;
+  auto p = params(0);
+  p.logit_bias = {{2, 10.0f}};
+  st.init(p, {}, 3, 0);
+  auto l = logits_of({1, 2, 0});
+  EXPECT_EQ(s.sample(l.data(), 3, p, st).token, 2);
+  // Repetition penalty (HF): seen tokens with positive logits are divided.
+  p = params(0);
+  p.repetition_penalty = 4.0f;
+  st.init(p, {1}, 3, 0);
+  l = logits_of({1.5f, 2.0f, 0});
+  EXPECT_EQ(s.sample(l.data(), 3, p, st).token, 0);
+  // Frequency penalty grows with the count of generated tokens.
+  p = params(0);
+  p.frequency_penalty = 1.0f;
+  st.init(p, {}, 2, 0);
+  int32_t first = -1, flips = 0;
+  for (int i = 0; i < 4; ++i) {
+    l = logits_of({1.0f, 0.5f});
+    int32_t t = s.sample(l.data(), 2, p, st).token;
+    if (first < 0) first = t;
+    flips += t != first;
+  }
+  EXPECT_EQ(first, 0);
+  EXPECT_GT(flips, 0);
+  // Presence penalty is flat.
+  p = params(0);
+  p.presence_penalty = 0.4f;
+  st.init(p, {}, 2, 0);
+  l = logits_of({1.0f, 0.5f});
+  EXPECT_EQ(s.sample(l.data(), 2, p, st).token, 0);
+  l = logits_of({1.0f, 0.5f});
+  EXPECT_EQ(s.sample(l.data(), 2, p, st).token, 0);  // 0.6 > 0.5
+}
+
+TEST(Sampler, LogprobsAreTheModelsDistribution) {
+  Sampler s;
+  SamplerState st;
+  auto p = params(0);
+  p.logprobs = 2;
+  p.logit_bias = {{2, 100.0f}};
+  st.init(p, {}, 3, 0);
+  auto l = logits_of({0.0f, std::log(3.0f), 0.0f});
+  auto out = s.sample(l.data(), 3, p, st);
+  EXPECT_EQ(out.token, 2);
+  EXPECT_NEAR(out.logprob.logprob, std::log(1 / 5.0), 1e-5);
+  ASSERT_EQ(out.logprob.top.size(), 2u);
+  EXPECT_EQ(out.logprob.top[0].first, 1);
+  EXPECT_NEAR(out.logprob.top[0].second, std::log(3 / 5.0), 1e-5);
+}
+
+TEST(Sampler, ValidationNamesTheField) {
+  SamplingParams p;
+  p.top_p = 1.5f;
+  try {
+    validate_sampling(p, 10);
+    FAIL();
+  } catch (const astrai::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("top_p"), std::string::npos);
+  }
+  p = SamplingParams{};
+  p.logit_bias = {{10, 1.0f}};
+  EXPECT_THROW(validate_sampling(p, 10), astrai::Error);
+}
+
+TEST(TextStream, Utf8HeldUntilWholeAndInvalidBytesReplaced) {
+  TextStream ts;
+  bool stop = false;
+  EXPECT_EQ(ts.push("a\xE2", &stop), "a");
+  EXPECT_EQ(ts.push("\x82", &stop), "");
+  EXPECT_EQ(ts.push("\xAC", &stop), "\xE2\x82\xAC");
+  EXPECT_EQ(ts.push("\xFF" "b", &stop), "\xEF\xBF\xBD" "b");
+  EXPECT_EQ(ts.push("\xE2\x82", &stop), "");
+  EXPECT_EQ(ts.flush(), "\xEF\xBF\xBD");
+  std::string out;
+  utf8_sanitize_append("\xC3(", &out);
+  EXPECT_EQ(out, "\xEF\xBF\xBD(");
+}
+
+TEST(TextStream, StopStringsAcrossBoundariesHeldThenReleased) {
+  TextStream ts({"</end>", "xyz"});
+  bool stop = false;
+  EXPECT_EQ(ts.push("hello </", &stop), "hello ");
+  EXPECT_EQ(ts.push("en", &stop), "");
+  EXPECT_EQ(ts.push("x", &stop), "</en");  // can no longer be </end>, but x may start xyz
+  EXPECT_FALSE(stop);
+  EXPECT_EQ(ts.push("yz tail", &stop), "");
+  EXPECT_TRUE(stop);
+  EXPECT_EQ(ts.matched(), "xyz");
+  EXPECT_EQ(ts.push("more", &stop), "");
+
+  TextStream t2({"ab"});
+  EXPECT_EQ(t2.push("xa", &stop), "x");
+  EXPECT_EQ(t2.flush(), "a");
+  // Earliest match wins when two stop strings complete at once.
+  TextStream t3({"cd", "bcd"});
+  EXPECT_EQ(t3.push("abcde", &stop), "a");
+  EXPECT_EQ(t3.matched(), "bcd");
+}
