@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "base/error.h"
+#include "kernels/cpu/gemm_mode.h"
 #include "kernels/cpu/matmul.h"
 #include "tensor/dtype.h"
 
@@ -131,6 +132,25 @@ TEST_P(LinearDtypeTest, RowsAreBitIdenticalWhateverTheBatch) {
       ASSERT_EQ(0, std::memcmp(y1.data(), y512.data() + 200 * n, y1.size() * sizeof(float)));
     }
   }
+}
+
+// The non-invariant mode (BLAS for many rows) computes the same function.
+TEST_P(LinearDtypeTest, BlasModeMatchesReference) {
+  std::mt19937 rng(2024);
+  ASSERT_TRUE(batch_invariant());  // the default
+  set_batch_invariant(false);
+  for (const auto& [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{1, 33, 70}, {8, 40, 100}, {16, 65, 129},
+                                {40, 130, 300}, {300, 17, 64}}) {
+    const Weights w = make_weights(GetParam(), n, k, rng);
+    const auto x = random_vec(static_cast<size_t>(m * k), rng);
+    const auto bias = random_vec(static_cast<size_t>(n), rng);
+    std::vector<float> y(static_cast<size_t>(m * n));
+    linear(x.data(), m, w.view(), bias.data(), y.data());
+    expect_close(x, m, w, &bias, y);
+    linear(x.data(), m, w.view(), nullptr, y.data());
+    expect_close(x, m, w, nullptr, y);
+  }
+  set_batch_invariant(true);
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, LinearDtypeTest, ::testing::Values(DType::kF32, DType::kBF16, DType::kF16),

@@ -43,6 +43,7 @@ constexpr int kMr = 3;                // x rows per register tile
 constexpr int64_t kKb = 256;          // K block of the reduction order (never tuned per shape)
 constexpr int64_t kSmallM = 8;        // up to this many rows: weights read in place
 constexpr int64_t kPackRows = 128;    // W rows per packed block (128 x 256 x 4 B = 128 KiB)
+constexpr int64_t kPrefetch = 512;     // elements ahead in a streamed W row
 constexpr int64_t kBlasMinRows = 16;  // non-invariant mode: BLAS from this many rows
 
 std::atomic<bool> g_batch_invariant{true};
@@ -128,6 +129,9 @@ void tile(const float* x, int64_t ldx, const void* w, int64_t ld, int64_t kc, in
     for (int c = 0; c < kNr; ++c) {
       __m512 wv;
       if constexpr (std::is_same_v<Layout, RowMajor>) {
+        // Weights streamed from memory (decode): 8 short row streams defeat the hardware
+        // prefetchers, so fetch kPrefetch elements ahead, once per cache line.
+        if ((k * esz) % 64 == 0) _mm_prefetch(reinterpret_cast<const char*>(wrow[c] + (k + kPrefetch) * esz), _MM_HINT_T0);
         wv = load_w_full<T>(wrow[c], k);
       } else {
         wv = _mm512_loadu_ps(wp + (k / 16 * kNr + c) * 16);

@@ -1,0 +1,139 @@
+// Shared measurement helpers for the kernel and forward benchmarks: timing, a copy-bandwidth
+// probe and the BLAS SGEMM rate, so every benchmark reports its numbers next to the machine's
+// ceilings measured in the same process.
+#pragma once
+
+#include <cblas.h>
+#include <immintrin.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "base/parallel.h"
+#include "base/timer.h"
+
+namespace astrai::bench {
+
+// Best wall time of fn() over repetitions lasting at least min_seconds in total (after one
+// warm-up call) and at least min_reps calls.
+template <typename Fn>
+double best_seconds(Fn&& fn, double min_seconds = 0.3, int min_reps = 3) {
+  fn();
+  double best = 1e30, total = 0;
+  for (int rep = 0; rep < min_reps || total < min_seconds; ++rep) {
+    Timer t;
+    fn();
+    const double s = t.seconds();
+    best = std::min(best, s);
+    total += s;
+    if (rep > 1000) break;
+  }
+  return best;
+}
+
+struct AlignedFree {
+  void operator()(void* p) const { std::free(p); }
+};
+template <typename T>
+using Buffer = std::unique_ptr<T[], AlignedFree>;
+
+template <typename T>
+Buffer<T> alloc(size_t count) {
+  const size_t bytes = (count * sizeof(T) + 4095) / 4096 * 4096;
+  return Buffer<T>(static_cast<T*>(std::aligned_alloc(4096, bytes)));
+}
+
+inline std::vector<float> random_floats(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(-scale, scale);
+  std::vector<float> v(n);
+  for (auto& f : v) f = dist(rng);
+  return v;
+}
+
+struct CopyBandwidth {
+  double copy_gbs;  // STREAM convention: bytes read + bytes written per second
+  double read_gbs;  // bytes read per second by a pure streaming sum
+};
+
+// Copies `bytes` (split evenly over the current OpenMP threads) and streams the same bytes
+// through a vector sum. Pages are touched first by the thread that will use them.
+inline CopyBandwidth copy_bandwidth(size_t bytes = size_t{1} << 30) {
+  const size_t n = bytes / 2 / sizeof(float);
+  auto src = alloc<float>(n), dst = alloc<float>(n);
+  const int nt = omp_get_max_threads();
+#pragma omp parallel num_threads(nt)
+  {
+    const int t = omp_get_thread_num();
+    const size_t b = n * t / nt, e = n * (t + 1) / nt;
+    for (size_t i = b; i < e; ++i) src[i] = static_cast<float>(i & 1023);
+    std::memset(dst.get() + b, 0, (e - b) * sizeof(float));
+  }
+  const double copy_s = best_seconds(
+      [&] {
+#pragma omp parallel num_threads(nt)
+        {
+          const int t = omp_get_thread_num();
+          const size_t b = n * t / nt, e = n * (t + 1) / nt;
+          std::memcpy(dst.get() + b, src.get() + b, (e - b) * sizeof(float));
+        }
+      },
+      0.5, 3);
+  volatile float sink = 0;
+  const double read_s = best_seconds(
+      [&] {
+        float total = 0;
+#pragma omp parallel num_threads(nt) reduction(+ : total)
+        {
+          const int t = omp_get_thread_num();
+          const size_t b = n * t / nt, e = n * (t + 1) / nt;
+          __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+          size_t i = b;
+          for (; i + 64 <= e; i += 64) {
+            a0 = _mm512_add_ps(a0, _mm512_loadu_ps(&src[i]));
+            a1 = _mm512_add_ps(a1, _mm512_loadu_ps(&src[i + 16]));
+            a2 = _mm512_add_ps(a2, _mm512_loadu_ps(&src[i + 32]));
+            a3 = _mm512_add_ps(a3, _mm512_loadu_ps(&src[i + 48]));
+          }
+          total += _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+        }
+        sink = total;
+      },
+      0.5, 3);
+  (void)sink;
+  const double half = static_cast<double>(n * sizeof(float));
+  return {2 * half / copy_s / 1e9, half / read_s / 1e9};
+}
+
+// The first three fields of /proc/loadavg: the machine is shared, so every table says how
+// busy it was while measured.
+inline std::string load_average() {
+  std::ifstream f("/proc/loadavg");
+  std::string a, b, c;
+  f >> a >> b >> c;
+  return a + " " + b + " " + c;
+}
+
+// GFLOP/s of OpenBLAS y[M, N] = x[M, K] · W[N, K]^T with the current thread count.
+inline double sgemm_gflops(int64_t m, int64_t n, int64_t k, double min_seconds = 0.3) {
+  const auto x = random_floats(static_cast<size_t>(m * k), 1), w = random_floats(static_cast<size_t>(n * k), 2);
+  std::vector<float> y(static_cast<size_t>(m * n));
+  const double s = best_seconds(
+      [&] {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(m), static_cast<int>(n),
+                    static_cast<int>(k), 1.0f, x.data(), static_cast<int>(k), w.data(), static_cast<int>(k), 0.0f,
+                    y.data(), static_cast<int>(n));
+      },
+      min_seconds);
+  return 2.0 * m * n * k / s / 1e9;
+}
+
+}  // namespace astrai::bench

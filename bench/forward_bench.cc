@@ -1,0 +1,200 @@
+// Forward-pass benchmark on a ~110M-parameter Llama-style model with random weights
+// (hidden 768, 12 layers, 12 heads, intermediate 2048, vocab 32000). Reports numbers, never
+// passes or fails:
+//   prefill: batch x length grid, tokens/s and GFLOP/s, next to the OpenBLAS SGEMM rate and
+//            our linear kernel's rate measured in this run on the forward's own GEMM shapes;
+//   decode:  single-token steps for batch 1 and 8 (128 tokens of context in a paged KV
+//            cache), weight bytes read per second next to a copy probe run in this process.
+// Usage: forward_bench [--quick] [--dtype f32|bf16|both] [--threads N]
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "bench_probes.h"
+#include "kernels/cpu/matmul.h"
+#include "model/transformer.h"
+#include "tensor/dtype.h"
+
+using namespace astrai;
+
+namespace {
+
+model::ModelConfig bench_config() {
+  Json j = {{"model_type", "llama"},         {"vocab_size", 32000},         {"hidden_size", 768},
+            {"intermediate_size", 2048},     {"num_hidden_layers", 12},     {"num_attention_heads", 12},
+            {"num_key_value_heads", 12},     {"max_position_embeddings", 4096}, {"rms_norm_eps", 1e-6},
+            {"rope_theta", 10000.0},         {"tie_word_embeddings", false}};
+  return model::ModelConfig::from_json(j, "forward_bench config");
+}
+
+// Random weights (std 0.02, norms 1) in `dtype`, filled with a cheap generator.
+model::ModelWeights random_weights(const model::ModelConfig& config, DType dtype) {
+  model::ModelWeights w = model::ModelWeights::allocate(config, dtype);
+  uint64_t state = 0x9e3779b97f4a7c15ull;
+  for (auto& p : w.params(config)) {
+    const bool is_norm = p.shape.size() == 1;
+    const int64_t n = shape_numel(p.shape);
+    std::vector<float> v(static_cast<size_t>(n));
+    for (auto& f : v) {
+      state = state * 6364136223846793005ull + 1442695040888963407ull;
+      const float u = static_cast<float>(static_cast<int64_t>(state >> 40) - (int64_t{1} << 23)) / (1 << 23);
+      f = is_norm ? 1.0f : 0.035f * u;  // uniform with std ~0.02
+    }
+    convert_from_f32(v.data(), dtype, p.tensor->raw(), static_cast<size_t>(n));
+  }
+  return w;
+}
+
+struct GemmShape {
+  int64_t n, k, count;  // weight [n, k], used `count` times per forward
+};
+
+// The forward's linear layers for `rows` tokens (the LM head runs on `logit_rows` rows).
+std::vector<std::pair<int64_t, GemmShape>> forward_gemms(const model::ModelConfig& c, int64_t rows,
+                                                         int64_t logit_rows) {
+  const int64_t h = c.hidden_size, f = c.intermediate_size, L = c.num_hidden_layers;
+  const int64_t q = c.num_attention_heads * c.head_dim, kv = c.num_key_value_heads * c.head_dim;
+  std::map<std::pair<int64_t, int64_t>, int64_t> counts;
+  counts[{q, h}] += L;
+  counts[{kv, h}] += 2 * L;
+  counts[{h, q}] += L;
+  counts[{f, h}] += 2 * L;
+  counts[{h, f}] += L;
+  std::vector<std::pair<int64_t, GemmShape>> out;
+  for (const auto& [nk, cnt] : counts) out.push_back({rows, GemmShape{nk.first, nk.second, cnt}});
+  out.push_back({logit_rows, GemmShape{c.vocab_size, h, 1}});
+  return out;
+}
+
+double gemm_flops(const std::vector<std::pair<int64_t, GemmShape>>& gemms) {
+  double fl = 0;
+  for (const auto& [m, g] : gemms) fl += 2.0 * m * g.n * g.k * g.count;
+  return fl;
+}
+
+// Seconds the given GEMMs take with OpenBLAS sgemm and with kernels::linear (f32 weights).
+std::pair<double, double> gemm_seconds(const std::vector<std::pair<int64_t, GemmShape>>& gemms, double t_min) {
+  double blas = 0, ours = 0;
+  for (const auto& [m, g] : gemms) {
+    const double fl = 2.0 * m * g.n * g.k;
+    blas += g.count * fl / (bench::sgemm_gflops(m, g.n, g.k, t_min) * 1e9);
+    const auto x = bench::random_floats(static_cast<size_t>(m * g.k), 7);
+    const auto w = bench::random_floats(static_cast<size_t>(g.n * g.k), 8, 0.05f);
+    std::vector<float> y(static_cast<size_t>(m * g.n));
+    const kernels::WeightView view{w.data(), DType::kF32, g.n, g.k};
+    ours += g.count * bench::best_seconds([&] { kernels::linear(x.data(), m, view, nullptr, y.data()); }, t_min);
+  }
+  return {blas, ours};
+}
+
+// Attention FLOPs of causal prefill (QK^T and PV) for `batch` sequences of `len` tokens
+// after `ctx` cached tokens.
+double attention_flops(const model::ModelConfig& c, int64_t batch, int64_t len, int64_t ctx) {
+  double pairs = 0;
+  for (int64_t j = 0; j < len; ++j) pairs += static_cast<double>(ctx + j + 1);
+  return 4.0 * batch * pairs * c.num_attention_heads * c.head_dim * c.num_hidden_layers;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool quick = false;
+  std::string dtypes = "both";
+  int threads = 2;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--quick") == 0) quick = true;
+    if (std::strcmp(argv[i], "--dtype") == 0 && i + 1 < argc) dtypes = argv[++i];
+    if (std::strcmp(argv[i], "--threads") == 0 && i + 1 < argc) threads = std::atoi(argv[++i]);
+  }
+  set_num_threads(threads);
+  const double t_min = quick ? 0.05 : 0.2;
+  const model::ModelConfig config = bench_config();
+
+  std::printf("load average at the start: %s\n", bench::load_average().c_str());
+  const bench::CopyBandwidth bw = bench::copy_bandwidth();
+  std::printf("threads=%d  copy probe %.1f GB/s (read+write), streaming read %.1f GB/s\n", threads, bw.copy_gbs,
+              bw.read_gbs);
+
+  std::vector<DType> types;
+  if (dtypes == "f32" || dtypes == "both") types.push_back(DType::kF32);
+  if (dtypes == "bf16" || dtypes == "both") types.push_back(DType::kBF16);
+
+  std::vector<std::pair<int64_t, int64_t>> grid = {{1, 128}, {1, 512}, {4, 128}, {4, 512}, {8, 512}};
+  if (quick) grid = {{1, 128}, {1, 512}};
+
+  // GEMM ceilings on the forward's shapes, measured once (f32 activations; weights f32).
+  struct Ceiling { double blas_gflops, ours_gflops, linear_flops; };
+  std::map<std::pair<int64_t, int64_t>, Ceiling> ceilings;
+  for (const auto& [b, len] : grid) {
+    const auto gemms = forward_gemms(config, b * len, b);
+    const auto [blas_s, ours_s] = gemm_seconds(gemms, t_min);
+    const double fl = gemm_flops(gemms);
+    ceilings[{b, len}] = {fl / blas_s / 1e9, fl / ours_s / 1e9, fl};
+  }
+
+  for (DType dtype : types) {
+    model::Transformer model(config, random_weights(config, dtype));
+    std::printf("\n== %s weights: %s, %.1fM parameters, %.0f MB ==\n", std::string(dtype_name(dtype)).c_str(),
+                config.summary().c_str(), model.num_parameters() / 1e6, model.weight_bytes() / 1e6);
+    model::ForwardWorkspace ws;
+
+    std::printf("prefill (logits of each sequence's last token):\n");
+    std::printf("%5s %5s | %9s %8s | %10s %10s | %8s %8s\n", "batch", "len", "tokens/s", "GFLOP/s", "blas GF/s",
+                "linear GF/s", "%blas", "%linear");
+    for (const auto& [b, len] : grid) {
+      model::Batch batch;
+      for (int64_t s = 0; s < b; ++s) {
+        std::vector<int32_t> ids(static_cast<size_t>(len));
+        for (int64_t i = 0; i < len; ++i) ids[static_cast<size_t>(i)] = static_cast<int32_t>((s * 7919 + i * 31) % 32000);
+        batch.add_sequence(ids);
+        batch.logit_rows.push_back(static_cast<int32_t>((s + 1) * len - 1));
+      }
+      std::vector<float> logits(static_cast<size_t>(b * config.vocab_size));
+      const double s = bench::best_seconds([&] { model.forward(batch, nullptr, ws, logits.data()); }, t_min, 2);
+      const Ceiling& c = ceilings[{b, len}];
+      const double flops = c.linear_flops + attention_flops(config, b, len, 0);
+      const double gf = flops / s / 1e9;
+      std::printf("%5ld %5ld | %9.0f %8.1f | %10.1f %10.1f | %7.0f%% %7.0f%%\n", static_cast<long>(b),
+                  static_cast<long>(len), b * len / s, gf, c.blas_gflops, c.ours_gflops, 100 * gf / c.blas_gflops,
+                  100 * gf / c.ours_gflops);
+    }
+
+    // Decode: one new token per sequence after `ctx` cached tokens.
+    const int64_t ctx = 128;
+    std::printf("decode (one token per sequence, %ld tokens of context):\n", static_cast<long>(ctx));
+    std::printf("%5s | %9s %9s | %10s %8s\n", "batch", "ms/step", "tokens/s", "weight GB/s", "%copy");
+    size_t weight_bytes = 0;
+    for (const auto& p : model.weights().params(config))
+      if (p.shape.size() == 2 && p.name.find("embed_tokens") == std::string::npos) weight_bytes += p.tensor->nbytes();
+    if (config.tie_word_embeddings) weight_bytes += model.weights().lm_head.nbytes();
+    for (int64_t b : {1, 8}) {
+      model::PagedKv kv = model.kv_geometry(16);
+      const int64_t pages_per_seq = (ctx + 1 + kv.page_size - 1) / kv.page_size;
+      const size_t page_floats = static_cast<size_t>(kv.page_size) * kv.num_kv_heads * kv.k_head_dim;
+      std::vector<std::vector<float>> kpool, vpool;
+      for (int64_t l = 0; l < config.num_hidden_layers; ++l) {
+        kpool.emplace_back(page_floats * b * pages_per_seq, 0.01f);
+        vpool.emplace_back(page_floats * b * pages_per_seq, 0.01f);
+        kv.k_pages.push_back(kpool.back().data());
+        kv.v_pages.push_back(vpool.back().data());
+      }
+      model::Batch batch;
+      for (int64_t s = 0; s < b; ++s) {
+        std::vector<int32_t> table;
+        for (int64_t p = 0; p < pages_per_seq; ++p) table.push_back(static_cast<int32_t>(s * pages_per_seq + p));
+        batch.add_sequence({static_cast<int32_t>(100 + s)}, static_cast<int32_t>(ctx), table);
+      }
+      std::vector<float> logits(static_cast<size_t>(b * config.vocab_size));
+      const double s = bench::best_seconds([&] { model.forward(batch, &kv, ws, logits.data()); }, t_min * 4, 5);
+      const double gbs = weight_bytes / s / 1e9;
+      std::printf("%5ld | %9.2f %9.1f | %10.1f %7.0f%%\n", static_cast<long>(b), s * 1e3, b / s, gbs,
+                  100 * gbs / bw.copy_gbs);
+    }
+  }
+  std::printf("\nload average at the end: %s\n", bench::load_average().c_str());
+  return 0;
+}

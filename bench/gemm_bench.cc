@@ -1,0 +1,105 @@
+// Linear-kernel benchmark (reports numbers, never passes or fails):
+//   1. copy bandwidth (the decode ceiling), 1 and 2 threads;
+//   2. OpenBLAS SGEMM vs kernels::linear (f32 and bf16 weights) on transformer shapes,
+//      1 and 2 threads, GFLOP/s;
+//   3. decode-shaped GEMV (M = 1 and 8): weight bytes read per second vs the copy probe.
+// Usage: gemm_bench [--quick]
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "bench_probes.h"
+#include "kernels/cpu/matmul.h"
+#include "tensor/dtype.h"
+
+using namespace astrai;
+
+namespace {
+
+std::vector<uint16_t> to_half(const std::vector<float>& v, DType t) {
+  std::vector<uint16_t> h(v.size());
+  for (size_t i = 0; i < v.size(); ++i) h[i] = t == DType::kBF16 ? f32_to_bf16(v[i]) : f32_to_f16(v[i]);
+  return h;
+}
+
+double linear_seconds(int64_t m, int64_t n, int64_t k, DType dtype, double min_seconds) {
+  const auto x = bench::random_floats(static_cast<size_t>(m * k), 3);
+  const auto wf = bench::random_floats(static_cast<size_t>(n * k), 4, 0.05f);
+  std::vector<uint16_t> wh;
+  const void* data = wf.data();
+  if (dtype != DType::kF32) {
+    wh = to_half(wf, dtype);
+    data = wh.data();
+  }
+  std::vector<float> y(static_cast<size_t>(m * n));
+  const kernels::WeightView view{data, dtype, n, k};
+  return bench::best_seconds([&] { kernels::linear(x.data(), m, view, nullptr, y.data()); }, min_seconds);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
+  const double t_min = quick ? 0.1 : 0.3;
+
+  std::printf("load average at the start: %s\n", bench::load_average().c_str());
+  std::printf("== copy bandwidth (1 GiB memcpy, STREAM counting read+write; streaming read) ==\n");
+  bench::CopyBandwidth bw[3];
+  for (int threads : {1, 2}) {
+    set_num_threads(threads);
+    bw[threads] = bench::copy_bandwidth();
+    std::printf("threads=%d  copy %.1f GB/s  read %.1f GB/s\n", threads, bw[threads].copy_gbs, bw[threads].read_gbs);
+  }
+
+  std::printf("\n== GEMM y = x W^T: GFLOP/s (OpenBLAS sgemm | linear f32 | linear bf16) ==\n");
+  struct Shape { int64_t m, n, k; };
+  std::vector<Shape> shapes = {{512, 768, 768},   {512, 2048, 768}, {512, 768, 2048},
+                               {512, 2304, 768},  {4096, 768, 768}, {4096, 2048, 768},
+                               {4096, 768, 2048}, {512, 32000, 768}};
+  if (quick) shapes = {{512, 768, 768}, {512, 2048, 768}, {512, 768, 2048}};
+  std::printf("%5s %6s %6s %3s | %8s %8s %8s | %6s\n", "M", "N", "K", "thr", "blas", "f32", "bf16", "f32/blas");
+  for (int threads : {1, 2}) {
+    set_num_threads(threads);
+    for (const auto& s : shapes) {
+      const double flop = 2.0 * s.m * s.n * s.k;
+      const double blas = bench::sgemm_gflops(s.m, s.n, s.k, t_min);
+      const double f32 = flop / linear_seconds(s.m, s.n, s.k, DType::kF32, t_min) / 1e9;
+      const double bf16 = flop / linear_seconds(s.m, s.n, s.k, DType::kBF16, t_min) / 1e9;
+      std::printf("%5ld %6ld %6ld %3d | %8.1f %8.1f %8.1f | %5.0f%%\n", static_cast<long>(s.m),
+                  static_cast<long>(s.n), static_cast<long>(s.k), threads, blas, f32, bf16, 100 * f32 / blas);
+    }
+  }
+
+  std::printf("\n== decode GEMV: weight GB/s read (vs 2-thread copy %.1f GB/s, read %.1f GB/s) ==\n", bw[2].copy_gbs,
+              bw[2].read_gbs);
+  std::printf("%3s %6s %6s %5s %3s | %8s %8s\n", "M", "N", "K", "dtype", "thr", "GB/s", "%copy");
+  // ~200 MB of f32 weights per call so caches do not help: 4 x (25600 x 2048) stand-ins.
+  for (int threads : {1, 2}) {
+    set_num_threads(threads);
+    for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
+      for (int64_t m : {1, 8}) {
+        const int64_t n = 24576, k = 2048;
+        const double s = linear_seconds(m, n, k, dt, t_min);
+        const double gbs = static_cast<double>(n * k * dtype_size(dt)) / s / 1e9;
+        std::printf("%3ld %6ld %6ld %5s %3d | %8.1f %7.0f%%\n", static_cast<long>(m), static_cast<long>(n),
+                    static_cast<long>(k), std::string(dtype_name(dt)).c_str(), threads, gbs,
+                    100 * gbs / bw[2].copy_gbs);
+      }
+    }
+    if (threads == 2) {
+      // BLAS for M = 1 (its GEMV path) on the same f32 weights.
+      const int64_t n = 24576, k = 2048;
+      const auto x = bench::random_floats(static_cast<size_t>(k), 5);
+      const auto w = bench::random_floats(static_cast<size_t>(n * k), 6);
+      std::vector<float> y(static_cast<size_t>(n));
+      const double s = bench::best_seconds([&] {
+        cblas_sgemv(CblasRowMajor, CblasNoTrans, static_cast<int>(n), static_cast<int>(k), 1.0f, w.data(),
+                    static_cast<int>(k), x.data(), 1, 0.0f, y.data(), 1);
+      }, t_min);
+      std::printf("blas sgemv M=1 f32 2 threads: %.1f GB/s\n", static_cast<double>(n * k * 4) / s / 1e9);
+    }
+  }
+  std::printf("\nload average at the end: %s\n", bench::load_average().c_str());
+  return 0;
+}
