@@ -188,13 +188,18 @@ def load_templates(assets, workdir):
     return out
 
 
+_compiled = {}
+
+
 def python_render(env, source, tokens, case):
-    try:
-        tmpl = env.from_string(source)
-    except Exception as e:  # noqa: BLE001 - any compile error counts as "raises"
-        return None, f"{type(e).__name__}: {e}"
-    ctx = dict(tokens)
-    ctx.update(case.get("kwargs", {}))
+    if source not in _compiled:
+        try:
+            _compiled[source] = (env.from_string(source), None)
+        except Exception as e:  # noqa: BLE001 - any compile error counts as "raises"
+            _compiled[source] = (None, f"{type(e).__name__}: {e}")
+    tmpl, err = _compiled[source]
+    if tmpl is None:
+        return None, err
     try:
         return tmpl.render(messages=case["messages"], tools=case.get("tools"), documents=None,
                            add_generation_prompt=case["add_generation_prompt"],

@@ -42,6 +42,7 @@ struct Expr {
   std::vector<std::string> kwnames;  // names of the last kwnames.size() args
   std::vector<std::string> ops;      // kCompare operators
   bool negated = false;              // kTest with `is not`
+  bool unknown = false;              // kFilter/kTest naming no filter/test we know
 };
 
 struct Stmt {

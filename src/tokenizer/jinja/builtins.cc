@@ -231,20 +231,6 @@ bool to_bool_arg(const Args& a, size_t pos, const char* name, bool dflt) {
   return v ? v->truthy() : dflt;
 }
 
-std::string html_escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&#34;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += c;
-    }
-  }
-  return out;
-}
 
 // ---------------------------------------------------------------- filters
 
@@ -312,7 +298,7 @@ Value f_first(Interpreter&, const Value& v, Args&) {
   return items.empty() ? Value::undefined() : items.front();
 }
 Value f_last(Interpreter&, const Value& v, Args&) {
-  if (v.is_undefined()) fail("jinja: 'Undefined' object is not reversible");
+  if (v.is_undefined() || v.is_generator()) fail("jinja: '", v.type_name(), "' object is not reversible");
   auto items = iterate(v);
   return items.empty() ? Value::undefined() : items.back();
 }
@@ -345,9 +331,12 @@ Value f_replace(Interpreter&, const Value& v, Args& a) {
   return Value(replace_impl(v.to_str(), from->to_str(), to->to_str(), count.is_none() ? -1 : need_int(count, "replace count")));
 }
 
-Value f_string(Interpreter&, const Value& v, Args&) { return Value(v.to_str()); }
-Value f_safe(Interpreter&, const Value& v, Args&) { return v; }
-Value f_escape(Interpreter&, const Value& v, Args&) { return Value(html_escape(v.to_str())); }
+Value f_string(Interpreter&, const Value& v, Args&) { return v.is_string() ? v : Value(v.to_str()); }
+Value f_safe(Interpreter&, const Value& v, Args&) { return v.is_markup() ? v : Value::markup(v.to_str()); }
+Value f_escape(Interpreter&, const Value& v, Args&) {
+  return v.is_markup() ? v : Value::markup(html_escape(v.to_str()));
+}
+Value f_forceescape(Interpreter&, const Value& v, Args&) { return Value::markup(html_escape(v.to_str())); }
 
 Value f_int(Interpreter&, const Value& v, Args& a) {
   Value dflt = arg_or(a, 0, "default", Value(int64_t{0}));
@@ -390,11 +379,11 @@ Value f_float(Interpreter&, const Value& v, Args& a) {
 Value f_list(Interpreter&, const Value& v, Args&) { return Value::list(iterate(v)); }
 
 Value f_items(Interpreter&, const Value& v, Args&) {
-  if (v.is_undefined()) return Value::list();
-  if (!v.is_dict()) fail("jinja: items filter expects a mapping, got ", v.type_name());
+  if (v.is_undefined()) return Value::generator({});
+  if (!v.is_dict()) fail("jinja: Can only get item pairs from a mapping.");
   std::vector<Value> out;
-  for (const auto& [k, x] : v.dict_ref().items()) out.push_back(Value::tuple({Value(k), x}));
-  return Value::list(std::move(out));
+  for (const auto& [k, x] : v.dict_ref().items()) out.push_back(Value::tuple({decode_key(k), x}));
+  return Value::generator(std::move(out));
 }
 
 bool run_test(Interpreter& in, const Value& item, const std::string& test, const std::vector<Value>& extra) {
@@ -405,6 +394,7 @@ bool run_test(Interpreter& in, const Value& item, const std::string& test, const
 
 // select/reject/selectattr/rejectattr share this.
 Value select_impl(Interpreter& in, const Value& v, Args& a, bool by_attr, bool keep) {
+  if (!v.truthy()) return Value::generator({});  // jinja: `if value:` before touching the args
   size_t first_extra = 0;
   Value attribute;
   if (by_attr) {
@@ -425,7 +415,7 @@ Value select_impl(Interpreter& in, const Value& v, Args& a, bool by_attr, bool k
     bool r = test.empty() ? probe.truthy() : run_test(in, probe, test, extra);
     if (r == keep) out.push_back(item);
   }
-  return Value::list(std::move(out));
+  return Value::generator(std::move(out));
 }
 Value f_select(Interpreter& in, const Value& v, Args& a) { return select_impl(in, v, a, false, true); }
 Value f_reject(Interpreter& in, const Value& v, Args& a) { return select_impl(in, v, a, false, false); }
@@ -433,6 +423,7 @@ Value f_selectattr(Interpreter& in, const Value& v, Args& a) { return select_imp
 Value f_rejectattr(Interpreter& in, const Value& v, Args& a) { return select_impl(in, v, a, true, false); }
 
 Value f_map(Interpreter& in, const Value& v, Args& a) {
+  if (!v.truthy()) return Value::generator({});
   std::vector<Value> out;
   const Value* attribute = find_arg(a, 99, "attribute");
   if (attribute) {
@@ -441,7 +432,7 @@ Value f_map(Interpreter& in, const Value& v, Args& a) {
       Value r = attr_getter(item, *attribute);
       out.push_back(r.is_undefined() && find_arg(a, 99, "default") ? dflt : r);
     }
-    return Value::list(std::move(out));
+    return Value::generator(std::move(out));
   }
   if (a.positional.empty()) fail("jinja: map() needs a filter name or attribute=");
   std::string name = need_str(a.positional[0], "map filter name");
@@ -452,7 +443,7 @@ Value f_map(Interpreter& in, const Value& v, Args& a) {
     fa.keyword = a.keyword;
     out.push_back(apply_filter(in, name, item, fa));
   }
-  return Value::list(std::move(out));
+  return Value::generator(std::move(out));
 }
 
 Value f_attr(Interpreter&, const Value& v, Args& a) {
@@ -473,7 +464,7 @@ Value f_unique(Interpreter&, const Value& v, Args& a) {
       out.push_back(item);
     }
   }
-  return Value::list(std::move(out));
+  return Value::generator(std::move(out));
 }
 
 Value f_sort(Interpreter&, const Value& v, Args& a) {
@@ -498,7 +489,7 @@ Value f_dictsort(Interpreter&, const Value& v, Args& a) {
   bool reverse = to_bool_arg(a, 2, "reverse", false);
   if (!v.is_dict()) fail("jinja: dictsort expects a mapping");
   std::vector<Value> items;
-  for (const auto& [k, x] : v.dict_ref().items()) items.push_back(Value::tuple({Value(k), x}));
+  for (const auto& [k, x] : v.dict_ref().items()) items.push_back(Value::tuple({decode_key(k), x}));
   size_t idx = by == "key" ? 0 : by == "value" ? 1 : 2;
   if (idx == 2) fail("jinja: You can only sort by either \"key\" or \"value\"");
   std::stable_sort(items.begin(), items.end(), [&](const Value& x, const Value& y) {
@@ -566,7 +557,8 @@ Value f_reverse(Interpreter&, const Value& v, Args&) {
   }
   auto items = iterate(v);
   std::reverse(items.begin(), items.end());
-  return Value::list(std::move(items));
+  // reversed(list) is an iterator in Python; a generator input is listed first.
+  return v.is_generator() ? Value::list(std::move(items)) : Value::generator(std::move(items));
 }
 
 Value f_batch(Interpreter&, const Value& v, Args& a) {
@@ -586,7 +578,7 @@ Value f_batch(Interpreter&, const Value& v, Args& a) {
       while (static_cast<int64_t>(cur.size()) < n) cur.push_back(*fill);
     out.push_back(Value::list(std::move(cur)));
   }
-  return Value::list(std::move(out));
+  return Value::generator(std::move(out));
 }
 
 Value f_indent(Interpreter&, const Value& v, Args& a) {
@@ -666,7 +658,7 @@ const std::unordered_map<std::string, FilterFn>& filters() {
       {"capitalize", f_capitalize}, {"title", f_title}, {"length", f_length}, {"count", f_count},
       {"first", f_first}, {"last", f_last}, {"join", f_join}, {"default", f_default}, {"d", f_default},
       {"replace", f_replace}, {"string", f_string}, {"safe", f_safe}, {"e", f_escape}, {"escape", f_escape},
-      {"forceescape", f_escape}, {"int", f_int}, {"float", f_float}, {"list", f_list}, {"items", f_items},
+      {"forceescape", f_forceescape}, {"int", f_int}, {"float", f_float}, {"list", f_list}, {"items", f_items},
       {"select", f_select}, {"reject", f_reject}, {"selectattr", f_selectattr}, {"rejectattr", f_rejectattr},
       {"map", f_map}, {"attr", f_attr}, {"unique", f_unique}, {"sort", f_sort}, {"dictsort", f_dictsort},
       {"min", f_min}, {"max", f_max}, {"sum", f_sum}, {"abs", f_abs}, {"round", f_round},
@@ -690,7 +682,7 @@ bool t_number(Interpreter&, const Value& v, Args&) { return v.is_number(); }
 bool t_string(Interpreter&, const Value& v, Args&) { return v.is_string(); }
 bool t_mapping(Interpreter&, const Value& v, Args&) { return v.is_dict(); }
 bool t_iterable(Interpreter&, const Value& v, Args&) {
-  return v.is_list() || v.is_dict() || v.is_string() || v.is_undefined();
+  return v.is_list() || v.is_dict() || v.is_string() || v.is_undefined() || v.is_generator();
 }
 bool t_sequence(Interpreter&, const Value& v, Args&) {
   return v.is_list() || v.is_dict() || v.is_string() || v.is_undefined();
@@ -716,7 +708,7 @@ bool t_ge(Interpreter&, const Value& v, Args& a) { return !values_less(v, other_
 bool t_in(Interpreter&, const Value& v, Args& a) {
   const Value& c = other_arg(a);
   if (c.is_string()) return v.is_string() && c.str_ref().find(v.str_ref()) != std::string::npos;
-  if (c.is_dict()) return v.is_string() && c.dict_ref().find(v.str_ref()) != nullptr;
+  if (c.is_dict()) return c.dict_ref().find(encode_key(v)) != nullptr;
   for (const auto& x : iterate(c))
     if (values_equal(x, v)) return true;
   return false;
@@ -750,7 +742,7 @@ bool t_lower(Interpreter&, const Value& v, Args&) { return v.is_string() && str_
 bool t_upper(Interpreter&, const Value& v, Args&) { return v.is_string() && str_is_upper(v.str_ref()); }
 bool t_filter(Interpreter&, const Value& v, Args&) { return v.is_string() && has_filter(v.str_ref()); }
 bool t_test(Interpreter&, const Value& v, Args&) { return v.is_string() && has_test(v.str_ref()); }
-bool t_escaped(Interpreter&, const Value&, Args&) { return false; }
+bool t_escaped(Interpreter&, const Value& v, Args&) { return v.is_markup(); }
 
 const std::unordered_map<std::string, TestFn>& tests() {
   static const std::unordered_map<std::string, TestFn> m = {
@@ -986,7 +978,7 @@ Value get_method(const Value& obj, const std::string& name) {
     return Value::callable("dict." + name, [d, name](Interpreter&, Args& a) -> Value {
       if (name == "items") {
         std::vector<Value> out;
-        for (const auto& [k, v] : d.dict_ref().items()) out.push_back(Value::tuple({Value(k), v}));
+        for (const auto& [k, v] : d.dict_ref().items()) out.push_back(Value::tuple({decode_key(k), v}));
         return Value::list(std::move(out));
       }
       if (name == "keys") return Value::list(iterate(d));
@@ -999,8 +991,7 @@ Value get_method(const Value& obj, const std::string& name) {
       // get
       Value key = arg_or(a, 0, "key", Value());
       Value dflt = arg_or(a, 1, "default", Value::none());
-      if (!key.is_string()) return dflt;
-      const Value* v = d.dict_ref().find(key.str_ref());
+      const Value* v = d.dict_ref().find(encode_key(key));
       return v ? *v : dflt;
     });
   }

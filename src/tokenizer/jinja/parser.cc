@@ -1047,9 +1047,9 @@ class Parser {
         next();
         name += "." + expect_identifier();
       }
-      if (!has_filter(name)) error("unsupported or unknown filter '" + name + "'");
       auto e = make(Expr::Kind::kFilter, line);
       e->name = name;
+      e->unknown = !has_filter(name);
       e->children.push_back(std::move(node));
       if (is_op("(")) parse_call_args(*e);
       node = std::move(e);
@@ -1070,9 +1070,9 @@ class Parser {
       next();
       name += "." + expect_identifier();
     }
-    if (!has_test(name)) error("unsupported or unknown test '" + name + "'");
     auto e = make(Expr::Kind::kTest, line);
     e->name = name;
+    e->unknown = !has_test(name);
     e->negated = negated;
     e->children.push_back(std::move(node));
     if (is_op("(")) {
@@ -1092,6 +1092,58 @@ class Parser {
   int loop_depth_ = 0;
 };
 
+// jinja2 rejects an unknown filter or test when it compiles the template, except inside an
+// {% if %} (test, branches) or a conditional expression (a "soft" frame), where it raises only
+// if evaluated. Loop, macro, call, set/filter-block and with bodies start a new, hard frame.
+void check_expr(const Expr* e, bool soft) {
+  if (!e) return;
+  if (e->unknown && !soft)
+    fail("jinja: unsupported or unknown ", e->kind == Expr::Kind::kFilter ? "filter" : "test", " '", e->name,
+         "' (template line ", e->line, ")");
+  bool inner = soft || e->kind == Expr::Kind::kCondExpr;
+  for (const auto& c : e->children) check_expr(c.get(), inner);
+  for (const auto& c : e->args) check_expr(c.get(), inner);
+}
+
+void check_body(const Body& body, bool soft) {
+  for (const auto& s : body) {
+    switch (s->kind) {
+      case Stmt::Kind::kIf:
+        for (const auto& c : s->conds) check_expr(c.get(), true);
+        for (const auto& b : s->bodies) check_body(b, true);
+        check_body(s->else_body, true);
+        break;
+      case Stmt::Kind::kFor:
+        check_expr(s->expr.get(), soft);
+        check_expr(s->cond.get(), false);
+        check_body(s->body, false);
+        check_body(s->else_body, false);
+        break;
+      case Stmt::Kind::kMacro:
+        for (const auto& d : s->defaults) check_expr(d.get(), false);
+        check_body(s->body, false);
+        break;
+      case Stmt::Kind::kCallBlock:
+        check_expr(s->expr.get(), soft);
+        check_body(s->body, false);
+        break;
+      case Stmt::Kind::kSetBlock:
+      case Stmt::Kind::kFilterBlock:
+        check_expr(s->expr.get(), soft);
+        check_body(s->body, false);
+        break;
+      case Stmt::Kind::kWith:
+        for (const auto& d : s->defaults) check_expr(d.get(), soft);
+        check_body(s->body, false);
+        break;
+      case Stmt::Kind::kScope: check_body(s->body, soft); break;
+      default:
+        check_expr(s->expr.get(), soft);
+        break;
+    }
+  }
+}
+
 }  // namespace
 
 Program parse_template(const std::string& source, const LexOptions& options) {
@@ -1103,7 +1155,9 @@ Program parse_template(const std::string& source, const LexOptions& options) {
   }
   Lexer lexer(src, options);
   Parser parser(lexer.run());
-  return parser.run();
+  Program program = parser.run();
+  check_body(program.body, false);
+  return program;
 }
 
 }  // namespace astrai::tokenizer::jinja

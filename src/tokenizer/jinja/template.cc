@@ -65,7 +65,12 @@ Value arith(const std::string& op, const Value& a, const Value& b) {
     }
   }
   if (op == "+") {
-    if (a.is_string() && b.is_string()) return Value(a.str_ref() + b.str_ref());
+    if (a.is_string() && b.is_string()) {
+      if (a.is_markup() || b.is_markup())
+        return Value::markup((a.is_markup() ? a.str_ref() : html_escape(a.str_ref())) +
+                             (b.is_markup() ? b.str_ref() : html_escape(b.str_ref())));
+      return Value(a.str_ref() + b.str_ref());
+    }
     if (a.is_list() && b.is_list() && a.is_tuple() == b.is_tuple()) {
       std::vector<Value> items = a.list_ref();
       items.insert(items.end(), b.list_ref().begin(), b.list_ref().end());
@@ -108,7 +113,11 @@ bool contains(const Value& container, const Value& item) {
       for (const auto& v : container.list_ref())
         if (values_equal(v, item)) return true;
       return false;
-    case Value::Kind::kDict: return item.is_string() && container.dict_ref().find(item.str_ref()) != nullptr;
+    case Value::Kind::kDict: return container.dict_ref().find(encode_key(item)) != nullptr;
+    case Value::Kind::kGenerator:
+      for (const auto& v : container.list_ref())
+        if (values_equal(v, item)) return true;
+      return false;
     case Value::Kind::kUndefined: return false;
     default: fail("jinja: argument of type '", container.type_name(), "' is not iterable");
   }
@@ -281,7 +290,12 @@ Value get_item(const Value& obj, const Value& key) {
         if (v) return *v;
         return get_attr(obj, key.str_ref());
       }
+      if (obj.is_dict() && (key.is_number() || key.is_none())) {
+        const Value* v = obj.dict_ref().find(encode_key(key));
+        if (v) return *v;
+      }
       return Value::undefined();
+    case Value::Kind::kGenerator: fail("jinja: 'generator' object is not subscriptable");
     case Value::Kind::kList:
       if (key.is_int() || key.is_bool()) {
         int64_t n = static_cast<int64_t>(obj.list_ref().size());
@@ -312,7 +326,7 @@ std::vector<Value> iterate(const Value& v) {
     case Value::Kind::kList: return v.list_ref();
     case Value::Kind::kDict: {
       std::vector<Value> keys;
-      for (const auto& kv : v.dict_ref().items()) keys.emplace_back(kv.first);
+      for (const auto& kv : v.dict_ref().items()) keys.push_back(decode_key(kv.first));
       return keys;
     }
     case Value::Kind::kString: {
@@ -320,6 +334,7 @@ std::vector<Value> iterate(const Value& v) {
       for (auto& c : utf8_chars(v.str_ref())) out.emplace_back(std::move(c));
       return out;
     }
+    case Value::Kind::kGenerator: return v.list_ref();
     case Value::Kind::kUndefined: return {};
     default: fail("jinja: '", v.type_name(), "' object is not iterable");
   }
@@ -589,8 +604,7 @@ Value Interpreter::eval_inner(const Expr& e, const std::shared_ptr<Frame>& frame
       Value d = Value::dict();
       for (size_t i = 0; i + 1 < e.children.size(); i += 2) {
         Value k = eval(*e.children[i], frame);
-        if (!k.is_string()) fail("jinja: dict literals with non-string keys are not supported");
-        d.dict_mut().set(k.str_ref(), eval(*e.children[i + 1], frame));
+        d.dict_mut().set(encode_key(k), eval(*e.children[i + 1], frame));
       }
       return d;
     }

@@ -59,6 +59,56 @@ Value Value::tuple(std::vector<Value> items) {
   return v;
 }
 
+Value Value::generator(std::vector<Value> items) {
+  Value v = list(std::move(items));
+  v.kind_ = Kind::kGenerator;
+  return v;
+}
+
+Value Value::markup(std::string s) {
+  Value v(std::move(s));
+  v.markup_ = true;
+  return v;
+}
+
+std::string html_escape(const std::string& s) {
+  std::string out;
+  out.reserve(s.size());
+  for (char c : s) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&#34;"; break;
+      case '\'': out += "&#39;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
+std::string encode_key(const Value& k) {
+  switch (k.kind()) {
+    case Value::Kind::kString: return k.str_ref();
+    case Value::Kind::kNone: return std::string("\0n", 2);
+    case Value::Kind::kBool:
+    case Value::Kind::kInt: return std::string("\0i", 2) + std::to_string(k.as_int());
+    case Value::Kind::kFloat: {
+      double f = k.as_float();
+      if (std::floor(f) == f && std::fabs(f) < 9e18) return std::string("\0i", 2) + std::to_string(static_cast<int64_t>(f));
+      return std::string("\0f", 2) + python_float_repr(f);
+    }
+    default: fail("jinja: unhashable type: '", k.type_name(), "'");
+  }
+}
+
+Value decode_key(const std::string& k) {
+  if (k.empty() || k[0] != '\0') return Value(k);
+  if (k[1] == 'n') return Value::none();
+  if (k[1] == 'i') return Value(static_cast<int64_t>(std::stoll(k.substr(2))));
+  return Value(std::stod(k.substr(2)));
+}
+
 Value Value::dict() { return dict(std::make_shared<Dict>()); }
 
 Value Value::dict(std::shared_ptr<Dict> d) {
@@ -134,7 +184,8 @@ bool Value::truthy() const {
     case Kind::kList: return !list_->empty();
     case Kind::kDict: return dict_->size() != 0;
     case Kind::kNamespace:
-    case Kind::kCallable: return true;
+    case Kind::kCallable:
+    case Kind::kGenerator: return true;
   }
   return false;
 }
@@ -151,6 +202,7 @@ const char* Value::type_name() const {
     case Kind::kDict: return "dict";
     case Kind::kNamespace: return "Namespace";
     case Kind::kCallable: return "function";
+    case Kind::kGenerator: return "generator";
   }
   return "?";
 }
@@ -312,7 +364,7 @@ std::string Value::repr() const {
       for (const auto& [k, v] : dict_->items()) {
         if (!first) out += ", ";
         first = false;
-        out += python_str_repr(k) + ": " + v.repr();
+        out += decode_key(k).repr() + ": " + v.repr();
       }
       return out + "}";
     }
@@ -322,11 +374,14 @@ std::string Value::repr() const {
       for (const auto& [k, v] : dict_->items()) {
         if (!first) out += ", ";
         first = false;
-        out += python_str_repr(k) + ": " + v.repr();
+        out += decode_key(k).repr() + ": " + v.repr();
       }
       return out + "}>";
     }
     case Kind::kCallable: return "<function " + callable_->name + ">";
+    case Kind::kGenerator:
+      // Python prints "<generator object ... at 0x...>": an address we cannot reproduce.
+      fail("jinja: printing a generator object (the result of map/select/reject/... without |list) is not supported");
     default: return to_str();
   }
 }
@@ -421,7 +476,13 @@ void json_dump(const Value& v, int indent, int level, const std::string& item_se
       for (size_t i = 0; i < items.size(); ++i) {
         if (i) out += item_sep;
         if (indent >= 0) newline(level + 1);
-        json_string(items[i]->first, out, ensure_ascii);
+        const std::string& key = items[i]->first;
+        if (!key.empty() && key[0] == '\0') {
+          Value k = decode_key(key);  // json.dumps writes int/float/None keys as strings
+          json_string(k.is_none() ? "null" : k.to_str(), out, ensure_ascii);
+        } else {
+          json_string(key, out, ensure_ascii);
+        }
         out += key_sep;
         json_dump(items[i]->second, indent, level + 1, item_sep, key_sep, sort_keys, ensure_ascii, out);
       }
@@ -429,7 +490,7 @@ void json_dump(const Value& v, int indent, int level, const std::string& item_se
       out += '}';
       return;
     }
-    default: fail("Object of type ", v.type_name(), " is not JSON serializable");
+    default: fail("jinja: Object of type ", v.type_name(), " is not JSON serializable");
   }
 }
 }  // namespace

@@ -47,7 +47,9 @@ struct Callable {
 
 class Value {
  public:
-  enum class Kind : uint8_t { kUndefined, kNone, kBool, kInt, kFloat, kString, kList, kDict, kNamespace, kCallable };
+  // kGenerator: what jinja's map/select/reject/unique/batch/items filters return in Python: an
+  // iterator (always truthy, no len(), not printable, not JSON), kept so templates behave alike.
+  enum class Kind : uint8_t { kUndefined, kNone, kBool, kInt, kFloat, kString, kList, kDict, kNamespace, kCallable, kGenerator };
 
   Value() = default;  // Undefined.
   static Value undefined(std::string name = {});
@@ -60,6 +62,9 @@ class Value {
   Value(const char* s) : Value(std::string(s)) {}
   static Value list(std::vector<Value> items = {});
   static Value tuple(std::vector<Value> items);
+  static Value generator(std::vector<Value> items);
+  // markupsafe.Markup: what |safe and |escape return. `Markup + str` HTML-escapes the str.
+  static Value markup(std::string s);
   static Value dict();
   static Value dict(std::shared_ptr<Dict> d);
   static Value ns();
@@ -81,6 +86,8 @@ class Value {
   bool is_dict() const { return kind_ == Kind::kDict; }
   bool is_namespace() const { return kind_ == Kind::kNamespace; }
   bool is_callable() const { return kind_ == Kind::kCallable; }
+  bool is_generator() const { return kind_ == Kind::kGenerator; }
+  bool is_markup() const { return kind_ == Kind::kString && markup_; }
 
   bool as_bool() const { return b_; }
   int64_t as_int() const { return kind_ == Kind::kBool ? (b_ ? 1 : 0) : i_; }
@@ -111,6 +118,7 @@ class Value {
   Kind kind_ = Kind::kUndefined;
   bool b_ = false;
   bool tuple_ = false;
+  bool markup_ = false;
   int64_t i_ = 0;
   double f_ = 0;
   std::string s_;
@@ -124,7 +132,13 @@ bool values_equal(const Value& a, const Value& b);
 // a < b as Python compares them; throws astrai::Error for unorderable types.
 bool values_less(const Value& a, const Value& b);
 std::string python_float_repr(double v);
+// Dict keys: strings as is; other hashable keys (int, float, bool, None; 1 == 1.0 == True as in
+// Python) are encoded into a string starting with '\0'. encode_key fails on unhashable values.
+std::string encode_key(const Value& k);
+Value decode_key(const std::string& k);
 std::string python_str_repr(const std::string& s);
+// markupsafe.escape: & < > " ' as entities.
+std::string html_escape(const std::string& s);
 // UTF-8 helpers (code points, as Python indexes str).
 std::vector<std::string> utf8_chars(const std::string& s);
 size_t utf8_length(const std::string& s);
