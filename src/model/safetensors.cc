@@ -26,6 +26,21 @@ uint64_t read_u64_le(const uint8_t* p) {
   return v;
 }
 
+// Error text may quote bytes of a corrupt header; keep it printable ASCII.
+std::string printable(const std::string& s) {
+  std::string out;
+  for (unsigned char ch : s) {
+    if (ch >= 0x20 && ch < 0x7f) {
+      out.push_back(static_cast<char>(ch));
+    } else {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", ch);
+      out += buf;
+    }
+  }
+  return out;
+}
+
 bool mul_overflows(uint64_t a, uint64_t b, uint64_t* out) { return __builtin_mul_overflow(a, b, out); }
 
 }  // namespace
@@ -44,7 +59,7 @@ SafetensorsContents read_safetensors(const std::string& path) {
     header = Json::parse(reinterpret_cast<const char*>(file->data()) + 8,
                          reinterpret_cast<const char*>(file->data()) + 8 + header_len);
   } catch (const nlohmann::json::exception& e) {
-    fail(path, ": safetensors header is not valid JSON: ", e.what());
+    fail(path, ": safetensors header is not valid JSON: ", printable(e.what()));
   }
   if (!header.is_object()) fail(path, ": safetensors header must be a JSON object");
   const size_t data_begin = 8 + header_len;
