@@ -1,0 +1,476 @@
+// Unit tests of the model layer: config parsing and its errors, safetensors round trip and
+// header validation, and the forward pass's invariances (paged chunked prefill and decode
+// steps, ragged batches, logit_rows) which must hold bit for bit.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <fstream>
+#include <random>
+
+#include "base/error.h"
+#include "model/config.h"
+#include "model/safetensors.h"
+#include "model/transformer.h"
+#include "model/weights.h"
+
+namespace astrai::model {
+namespace {
+
+namespace fs = std::filesystem;
+
+Json llama_json() {
+  return Json{{"model_type", "llama"},       {"vocab_size", 97},          {"hidden_size", 64},
+              {"intermediate_size", 96},     {"num_hidden_layers", 2},    {"num_attention_heads", 8},
+              {"num_key_value_heads", 2},    {"rms_norm_eps", 1e-5},      {"max_position_embeddings", 128},
+              {"tie_word_embeddings", false}};
+}
+
+std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+class TempDir {
+ public:
+  TempDir() {
+    path_ = fs::temp_directory_path() / ("astrai_model_test_" + std::to_string(::getpid()) + "_" +
+                                          std::to_string(counter_++));
+    fs::create_directories(path_);
+  }
+  ~TempDir() { fs::remove_all(path_); }
+  std::string str() const { return path_.string(); }
+  std::string file(const std::string& name) const { return (path_ / name).string(); }
+
+ private:
+  fs::path path_;
+  static inline int counter_ = 0;
+};
+
+// ---------------------------------------------------------------------------- config
+
+TEST(ModelConfig, ParsesFamiliesWithTheirDefaults) {
+  ModelConfig c = ModelConfig::from_json(llama_json());
+  EXPECT_EQ(c.head_dim, 8);
+  EXPECT_EQ(c.kv_groups(), 4);
+  EXPECT_FALSE(c.qkv_bias);
+  EXPECT_EQ(c.rope_pairing, RopePairing::kHalf);
+
+  Json q2 = llama_json();
+  q2["model_type"] = "qwen2";
+  c = ModelConfig::from_json(q2);
+  EXPECT_TRUE(c.qkv_bias);
+  EXPECT_FALSE(c.o_bias);
+
+  Json q3 = llama_json();
+  q3["model_type"] = "qwen3";
+  q3["head_dim"] = 32;
+  c = ModelConfig::from_json(q3);
+  EXPECT_EQ(c.head_dim, 32);
+  EXPECT_TRUE(c.qk_norm);
+  EXPECT_FALSE(c.qk_norm_after_rope);
+
+  Json own = llama_json();
+  own["model_type"] = "transformer";  // the reference's spelling
+  own["use_qk_norm"] = true;
+  own["use_gated_attention"] = true;
+  c = ModelConfig::from_json(own);
+  EXPECT_EQ(c.model_type, "autoregressive_lm");
+  EXPECT_EQ(c.rope_pairing, RopePairing::kAdjacent);
+  EXPECT_TRUE(c.qk_norm_after_rope);
+  EXPECT_TRUE(c.gated_attention);
+
+  Json mla = llama_json();
+  mla["model_type"] = "autoregressive_lm";
+  mla["kv_lora_rank"] = 16;
+  mla["qk_nope_head_dim"] = 8;
+  mla["qk_rope_head_dim"] = 4;
+  c = ModelConfig::from_json(mla);
+  EXPECT_TRUE(c.is_mla());
+  EXPECT_EQ(c.qk_head_dim(), 12);
+  EXPECT_EQ(c.v_dim(), 8);
+  EXPECT_EQ(c.rope_dim(), 4);
+}
+
+TEST(ModelConfig, ReferenceAliasesAndRoundTrip) {
+  Json j{{"model_type", "autoregressive_lm"}, {"vocab_size", 50}, {"dim", 32}, {"dim_ffn", 64}, {"n_layers", 3},
+         {"n_heads", 4}, {"n_kv_heads", 1}, {"norm_eps", 1e-6}, {"max_len", 99}, {"tie_weight", true}};
+  const ModelConfig c = ModelConfig::from_json(j);
+  EXPECT_EQ(c.hidden_size, 32);
+  EXPECT_EQ(c.num_key_value_heads, 1);
+  EXPECT_EQ(c.max_position_embeddings, 99);
+  EXPECT_TRUE(c.tie_word_embeddings);
+  const ModelConfig back = ModelConfig::from_json(c.to_json());
+  EXPECT_EQ(back.to_json(), c.to_json());
+
+  Json s = llama_json();
+  s["rope_scaling"] = Json{{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 1.0},
+                           {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 64}};
+  const ModelConfig sc = ModelConfig::from_json(s);
+  EXPECT_EQ(ModelConfig::from_json(sc.to_json()).to_json(), sc.to_json());
+}
+
+TEST(ModelConfig, ErrorsNameTheProblem) {
+  auto err = [](Json j) { return error_of([&] { ModelConfig::from_json(j, "x/config.json"); }); };
+  Json j = llama_json();
+  j.erase("model_type");
+  EXPECT_NE(err(j).find("x/config.json: missing required field \"model_type\""), std::string::npos);
+  j = llama_json();
+  j["model_type"] = "bert";
+  EXPECT_NE(err(j).find("unknown model_type \"bert\""), std::string::npos);
+  j = llama_json();
+  j.erase("vocab_size");
+  EXPECT_NE(err(j).find("missing required field \"vocab_size\""), std::string::npos);
+  j = llama_json();
+  j["num_key_value_heads"] = 3;
+  EXPECT_NE(err(j).find("not a multiple"), std::string::npos);
+  j = llama_json();
+  j["hidden_size"] = "big";
+  EXPECT_NE(err(j).find("wrong type"), std::string::npos);
+  j = llama_json();
+  j["rope_scaling"] = Json{{"rope_type", "linear"}};
+  EXPECT_NE(err(j).find("missing required field \"factor\""), std::string::npos);
+  j = llama_json();
+  j["rope_scaling"] = Json{{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 1.0}, {"high_freq_factor", 4.0}};
+  EXPECT_NE(err(j).find("original_max_position_embeddings"), std::string::npos);
+  j = llama_json();
+  j["rope_scaling"] = Json{{"rope_type", "linear"}, {"type", "dynamic"}, {"factor", 2.0}};
+  EXPECT_NE(err(j).find("contradictory"), std::string::npos);
+  j = llama_json();
+  j["model_type"] = "autoregressive_lm";
+  j["n_layers"] = 5;
+  EXPECT_NE(err(j).find("contradictory fields \"num_hidden_layers\" = 2 and \"n_layers\" = 5"), std::string::npos);
+  j["n_layers"] = 2;
+  j["qk_rope_head_dim"] = 4;
+  EXPECT_NE(err(j).find("needs kv_lora_rank > 0"), std::string::npos);
+  j.erase("qk_rope_head_dim");
+  j["kv_lora_rank"] = 8;
+  EXPECT_NE(err(j).find("missing required field \"qk_nope_head_dim\""), std::string::npos);
+  j["qk_nope_head_dim"] = 8;
+  j["qk_rope_head_dim"] = 3;
+  EXPECT_NE(err(j).find("qk_rope_head_dim must be even"), std::string::npos);
+  j = llama_json();
+  j["num_attention_heads"] = 0;
+  EXPECT_NE(err(j).find("num_attention_heads must be positive"), std::string::npos);
+  EXPECT_NE(error_of([] { ModelConfig::load("/nonexistent/dir"); }).find("/nonexistent/dir/config.json"),
+            std::string::npos);
+}
+
+// ---------------------------------------------------------------------------- safetensors
+
+TEST(Safetensors, RoundTripKeepsDtypesShapesAndValues) {
+  TempDir dir;
+  Tensor a = Tensor::empty({3, 5});
+  for (int i = 0; i < 15; ++i) a.data<float>()[i] = 0.25f * static_cast<float>(i) - 1.0f;
+  Tensor b = a.to(DType::kBF16).reshape({15});
+  Tensor c = a.slice_rows(1, 3).to(DType::kF16);
+  Tensor e = Tensor::empty({0, 4});
+  write_safetensors(dir.file("t.safetensors"), {{"a", a}, {"b", b}, {"c", c}, {"e", e}}, Json{{"format", "pt"}});
+  SafetensorsContents r = read_safetensors(dir.file("t.safetensors"));
+  ASSERT_EQ(r.tensors.size(), 4u);
+  EXPECT_EQ(r.metadata["format"], "pt");
+  EXPECT_TRUE(r.tensors["a"].is_mapped());
+  EXPECT_EQ(r.tensors["a"].shape(), (Shape{3, 5}));
+  EXPECT_EQ(std::memcmp(r.tensors["a"].raw(), a.raw(), a.nbytes()), 0);
+  EXPECT_EQ(r.tensors["b"].dtype(), DType::kBF16);
+  EXPECT_EQ(std::memcmp(r.tensors["b"].raw(), b.raw(), b.nbytes()), 0);
+  EXPECT_EQ(r.tensors["c"].dtype(), DType::kF16);
+  EXPECT_EQ(r.tensors["c"].shape(), (Shape{2, 5}));
+  EXPECT_EQ(std::memcmp(r.tensors["c"].raw(), c.raw(), c.nbytes()), 0);
+  EXPECT_EQ(r.tensors["e"].numel(), 0);
+  EXPECT_FALSE(fs::exists(dir.file("t.safetensors.tmp." + std::to_string(::getpid()))));
+}
+
+void write_raw(const std::string& path, const std::string& header, size_t data_bytes, int64_t len_override = -1) {
+  std::ofstream out(path, std::ios::binary);
+  const uint64_t n = len_override >= 0 ? static_cast<uint64_t>(len_override) : header.size();
+  for (int i = 0; i < 8; ++i) out.put(static_cast<char>((n >> (8 * i)) & 0xff));
+  out << header << std::string(data_bytes, '\0');
+}
+
+TEST(Safetensors, RejectsCorruptHeadersNamingFileAndTensor) {
+  TempDir dir;
+  const std::string p = dir.file("bad.safetensors");
+  auto err = [&] { return error_of([&] { read_safetensors(p); }); };
+  write_raw(p, R"({"w":{"dtype":"F32","shape":[2,2],"data_offsets":[0,16]}})", 16);
+  EXPECT_EQ(err(), "");
+  write_raw(p, R"({"w":{"dtype":"F32","shape":[2,2],"data_offsets":[0,16]}})", 8);
+  EXPECT_NE(err().find(p + ": tensor \"w\": data_offsets [0, 16) are outside the data section"), std::string::npos);
+  write_raw(p, R"({"w":{"dtype":"F32","shape":[2,3],"data_offsets":[0,16]}})", 16);
+  EXPECT_NE(err().find("tensor \"w\": shape [2, 3] of F32 needs 24 bytes"), std::string::npos);
+  write_raw(p, R"({"w":{"dtype":"Q4","shape":[2,2],"data_offsets":[0,16]}})", 16);
+  EXPECT_NE(err().find("tensor \"w\": unsupported dtype \"Q4\""), std::string::npos);
+  write_raw(p, R"({"w":{"dtype":"F32","shape":[-2,2],"data_offsets":[0,16]}})", 16);
+  EXPECT_NE(err().find("non-negative"), std::string::npos);
+  write_raw(p, R"({"w":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,16]}})", 16);
+  EXPECT_NE(err().find("overflows"), std::string::npos);
+  write_raw(p, R"({"w":{"dtype":"F32","shape":[2,2],"data_offsets":[16,0]}})", 16);
+  EXPECT_NE(err().find("outside the data section"), std::string::npos);
+  write_raw(p, R"({"w":{"dtype":"F32","shape":[2,2]}})", 16);
+  EXPECT_NE(err().find("data_offsets"), std::string::npos);
+  write_raw(p, R"({"w":{"dtype":"F32","shape":[2,2],"data_offsets":[0,16]}})", 16, 1ll << 40);
+  EXPECT_NE(err().find("exceeds the"), std::string::npos);
+  write_raw(p, R"({"w":{"dtype":"F32","shape":[2,2],"data_offsets":[0,16]}})", 0, 1000);
+  EXPECT_NE(err().find("exceeds the file"), std::string::npos);
+  write_raw(p, R"([1,2])", 0);
+  EXPECT_NE(err().find("must be a JSON object"), std::string::npos);
+  write_raw(p, R"({"w":)", 0);
+  EXPECT_NE(err().find("not valid JSON"), std::string::npos);
+  { std::ofstream(p, std::ios::binary) << "abc"; }
+  EXPECT_NE(err().find("truncated safetensors file"), std::string::npos);
+  EXPECT_NE(error_of([&] { read_safetensors(dir.file("none.safetensors")); }).find("cannot open"), std::string::npos);
+}
+
+TEST(Safetensors, MisalignedTensorsAreCopiedOut) {
+  TempDir dir;
+  const std::string p = dir.file("odd.safetensors");
+  // A u8 tensor of 1 byte pushes the f32 tensor to an odd offset.
+  std::string header = R"({"b":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},"w":{"dtype":"F32","shape":[2],"data_offsets":[1,9]}})";
+  while ((8 + header.size()) % 8 != 0) header.push_back(' ');
+  std::ofstream out(p, std::ios::binary);
+  const uint64_t n = header.size();
+  for (int i = 0; i < 8; ++i) out.put(static_cast<char>((n >> (8 * i)) & 0xff));
+  out << header;
+  out.put(7);
+  const float vals[2] = {1.5f, -2.0f};
+  out.write(reinterpret_cast<const char*>(vals), sizeof vals);
+  out.close();
+  SafetensorsContents r = read_safetensors(p);
+  const Tensor& w = r.tensors["w"];
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(w.raw()) % 4, 0u);
+  EXPECT_EQ(w.data<float>()[0], 1.5f);
+  EXPECT_EQ(w.data<float>()[1], -2.0f);
+}
+
+// ---------------------------------------------------------------------------- forward
+
+// Owned weights filled with N(0, 1/fan_in) (norms around 1), as the trainer would hold them.
+ModelWeights random_weights(const ModelConfig& c, uint32_t seed) {
+  ModelWeights w = ModelWeights::allocate(c);
+  std::mt19937 rng(seed);
+  for (auto& p : w.params(c)) {
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    Tensor& t = *p.tensor;
+    const bool vec = t.ndim() == 1;
+    const float scale = vec ? 0.2f : 1.0f / std::sqrt(static_cast<float>(t.dim(-1)));
+    const bool norm = p.name.find("norm") != std::string::npos;
+    for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = (norm ? 1.0f : 0.0f) + scale * nd(rng);
+  }
+  return w;
+}
+
+Json mla_json() {
+  Json j = llama_json();
+  j["model_type"] = "autoregressive_lm";
+  j["kv_lora_rank"] = 16;
+  j["qk_nope_head_dim"] = 8;
+  j["qk_rope_head_dim"] = 8;
+  j["v_head_dim"] = 12;
+  j["use_gated_attention"] = true;
+  return j;
+}
+
+struct PagedCache {
+  std::vector<std::vector<float>> k, v;
+  PagedKv kv;
+  PagedCache(const Transformer& m, int32_t page_size, int32_t pages) {
+    kv = m.kv_geometry(page_size);
+    const int64_t layers = m.config().num_hidden_layers;
+    k.resize(layers);
+    v.resize(layers);
+    for (int64_t l = 0; l < layers; ++l) {
+      k[l].assign(static_cast<size_t>(pages) * page_size * kv.num_kv_heads * kv.k_head_dim, NAN);
+      v[l].assign(static_cast<size_t>(pages) * page_size * kv.num_kv_heads * kv.v_head_dim, NAN);
+      kv.k_pages.push_back(k[l].data());
+      kv.v_pages.push_back(v[l].data());
+    }
+  }
+};
+
+std::vector<float> forward_alone(const Transformer& m, const std::vector<int32_t>& ids) {
+  Batch b;
+  b.add_sequence(ids);
+  ForwardWorkspace ws;
+  std::vector<float> out(ids.size() * static_cast<size_t>(m.vocab_size()));
+  m.forward(b, nullptr, ws, out.data());
+  return out;
+}
+
+class ForwardInvariance : public ::testing::TestWithParam<const char*> {
+ protected:
+  Transformer make() const {
+    const std::string kind = GetParam();
+    Json j = kind == std::string("mla") ? mla_json() : llama_json();
+    if (kind == std::string("qwen3")) {
+      j["model_type"] = "qwen3";
+      j["head_dim"] = 16;
+    }
+    ModelConfig c = ModelConfig::from_json(j);
+    return Transformer(c, random_weights(c, 7));
+  }
+};
+
+TEST_P(ForwardInvariance, PagedChunkedPrefillAndDecodeAreBitIdentical) {
+  const Transformer m = make();
+  const int64_t vocab = m.vocab_size();
+  std::vector<std::vector<int32_t>> seqs = {{5, 9, 1, 44, 2, 2, 17, 90, 3, 3, 60, 12, 8, 8, 31, 77, 4, 0, 96, 23},
+                                            {11, 12, 13}, {50, 40, 30, 20, 10, 1, 2}};
+  std::vector<std::vector<float>> want;
+  for (const auto& s : seqs) want.push_back(forward_alone(m, s));
+
+  // Pages interleaved between sequences and out of order; page size 4.
+  PagedCache cache(m, 4, 16);
+  std::vector<std::vector<int32_t>> tables = {{9, 2, 14, 0, 6}, {1}, {15, 3}};
+  ForwardWorkspace ws;  // reused for every step, with steps of different shapes
+  std::vector<size_t> done(seqs.size(), 0);
+  const size_t chunk_plan[] = {3, 1, 6, 1, 1, 5, 1, 1, 1, 1, 1};
+  for (size_t step = 0; step < std::size(chunk_plan); ++step) {
+    Batch b;
+    std::vector<size_t> which;
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      if (done[i] >= seqs[i].size()) continue;
+      const size_t n = std::min(chunk_plan[step] + i, seqs[i].size() - done[i]);
+      b.add_sequence(std::vector<int32_t>(seqs[i].begin() + done[i], seqs[i].begin() + done[i] + n),
+                     static_cast<int32_t>(done[i]), tables[i]);
+      which.push_back(i);
+    }
+    if (which.empty()) break;
+    std::vector<float> logits(static_cast<size_t>(b.num_tokens() * vocab));
+    m.forward(b, &cache.kv, ws, logits.data());
+    for (size_t r = 0; r < which.size(); ++r) {
+      const size_t i = which[r];
+      const SeqSpan& sp = b.seqs[r];
+      for (int32_t j = 0; j < sp.num_tokens; ++j) {
+        const float* got = logits.data() + (sp.token_begin + j) * vocab;
+        const float* exp = want[i].data() + (done[i] + j) * vocab;
+        ASSERT_EQ(std::memcmp(got, exp, vocab * sizeof(float)), 0)
+            << "sequence " << i << " position " << done[i] + j << " step " << step;
+      }
+      done[i] += static_cast<size_t>(sp.num_tokens);
+    }
+  }
+  for (size_t i = 0; i < seqs.size(); ++i) EXPECT_EQ(done[i], seqs[i].size());
+}
+
+TEST_P(ForwardInvariance, RaggedBatchAndLogitRowsMatchEachSequenceAlone) {
+  const Transformer m = make();
+  const int64_t vocab = m.vocab_size();
+  std::vector<std::vector<int32_t>> seqs = {{3, 1, 4, 1, 5, 9, 2, 6, 5}, {2, 7}, {1}, {8, 2, 8, 1, 8, 2, 8}};
+  Batch b;
+  for (const auto& s : seqs) b.add_sequence(s);
+  ForwardWorkspace ws;
+  std::vector<float> all(static_cast<size_t>(b.num_tokens() * vocab));
+  m.forward(b, nullptr, ws, all.data());
+  int64_t row = 0;
+  for (const auto& s : seqs) {
+    const std::vector<float> alone = forward_alone(m, s);
+    EXPECT_EQ(std::memcmp(all.data() + row * vocab, alone.data(), alone.size() * sizeof(float)), 0);
+    row += static_cast<int64_t>(s.size());
+  }
+  // Only the last row of each sequence (what decoding asks for), plus a repeat.
+  b.logit_rows = {8, 10, 11, 18, 8};
+  std::vector<float> some(b.logit_rows.size() * static_cast<size_t>(vocab));
+  m.forward(b, nullptr, ws, some.data());
+  for (size_t r = 0; r < b.logit_rows.size(); ++r)
+    EXPECT_EQ(std::memcmp(some.data() + r * vocab, all.data() + b.logit_rows[r] * vocab, vocab * sizeof(float)), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, ForwardInvariance, ::testing::Values("llama", "qwen3", "mla"));
+
+TEST(Transformer, SaveAndLoadGiveTheSameLogits) {
+  TempDir dir;
+  const ModelConfig c = ModelConfig::from_json(mla_json());
+  const Transformer owned(c, random_weights(c, 3));
+  save_checkpoint(dir.str(), c, owned.weights());
+  const Transformer loaded = Transformer::load(dir.str());
+  EXPECT_EQ(loaded.mapped_bytes(), loaded.weight_bytes());
+  EXPECT_EQ(loaded.num_parameters(), owned.num_parameters());
+  const std::vector<int32_t> ids = {1, 2, 3, 50, 96};
+  EXPECT_EQ(forward_alone(owned, ids), forward_alone(loaded, ids));
+
+  // bf16 copy: logits close to the f32 model's (weights rounded to 8 bits of mantissa).
+  TempDir dir16;
+  save_checkpoint(dir16.str(), c, owned.weights(), DType::kBF16);
+  const Transformer half = Transformer::load(dir16.str());
+  EXPECT_EQ(half.weight_bytes() * 2, owned.weight_bytes());
+  const auto a = forward_alone(owned, ids), b = forward_alone(half, ids);
+  float max_ref = 0, max_diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    max_ref = std::max(max_ref, std::fabs(a[i]));
+    max_diff = std::max(max_diff, std::fabs(a[i] - b[i]));
+  }
+  EXPECT_LT(max_diff / max_ref, 0.05f);
+  EXPECT_GT(max_diff, 0.0f);
+}
+
+TEST(Transformer, TrainerUpdatesToOwnedWeightsAreSeen) {
+  const ModelConfig c = ModelConfig::from_json(llama_json());
+  ModelWeights w = random_weights(c, 5);
+  Tensor norm = w.layers[0].input_layernorm;  // shares storage with the model's copy
+  const Transformer m(c, w);
+  const auto before = forward_alone(m, {1, 2, 3});
+  norm.data<float>()[0] += 1.0f;
+  EXPECT_NE(before, forward_alone(m, {1, 2, 3}));
+}
+
+TEST(Transformer, RejectsBadBatchesAndWeights) {
+  const ModelConfig c = ModelConfig::from_json(llama_json());
+  const Transformer m(c, random_weights(c, 1));
+  ForwardWorkspace ws;
+  std::vector<float> out(1000 * 97);
+  auto err = [&](const Batch& b, const PagedKv* kv = nullptr) {
+    return error_of([&] { m.forward(b, kv, ws, out.data()); });
+  };
+  Batch b;
+  b.add_sequence({1, 97});
+  EXPECT_NE(err(b).find("token id 97 at batch row 1 is outside the vocabulary [0, 97)"), std::string::npos);
+  b = Batch();
+  b.add_sequence({1, 2}, 3);
+  EXPECT_NE(err(b).find("without a KV cache"), std::string::npos);
+  PagedCache cache(m, 4, 4);
+  b = Batch();
+  b.add_sequence({1, 2, 3}, 3, {0});
+  EXPECT_NE(err(b, &cache.kv).find("needs 2 pages"), std::string::npos);
+  b = Batch();
+  b.add_sequence({1, 2});
+  b.seqs[0].num_tokens = 1;
+  EXPECT_NE(err(b).find("cover 1 of 2 tokens"), std::string::npos);
+  b = Batch();
+  b.add_sequence({1, 2});
+  b.logit_rows = {2};
+  EXPECT_NE(err(b).find("logit row 2"), std::string::npos);
+  PagedKv wrong = cache.kv;
+  wrong.k_head_dim = 4;
+  b = Batch();
+  b.add_sequence({1}, 0, {0});
+  EXPECT_NE(err(b, &wrong).find("does not match the model"), std::string::npos);
+
+  ModelWeights w = random_weights(c, 1);
+  w.layers[1].up_proj = Tensor::empty({96, 63});
+  EXPECT_NE(error_of([&] { Transformer(c, w); }).find("\"model.layers.1.mlp.up_proj.weight\" has shape [96, 63]"),
+            std::string::npos);
+}
+
+TEST(RopeInvFreq, ScalingsFollowHuggingFace) {
+  Json j = llama_json();  // head_dim 8, theta 10000
+  const auto plain = rope_inv_freq(ModelConfig::from_json(j), 1);
+  ASSERT_EQ(plain.size(), 4u);
+  EXPECT_FLOAT_EQ(static_cast<float>(plain[1]), 0.1f);  // 10000^(-2/8)
+  j["rope_scaling"] = Json{{"type", "linear"}, {"factor", 4.0}};
+  EXPECT_FLOAT_EQ(static_cast<float>(rope_inv_freq(ModelConfig::from_json(j), 1)[1]), 0.025f);
+  j["rope_scaling"] = Json{{"rope_type", "dynamic"}, {"factor", 2.0}};
+  const ModelConfig dyn = ModelConfig::from_json(j);
+  EXPECT_EQ(rope_inv_freq(dyn, 128), plain);  // within the original context: unchanged
+  const double base = 10000.0 * std::pow(2.0 * 256 / 128 - 1.0, 8.0 / 6.0);
+  EXPECT_NEAR(rope_inv_freq(dyn, 256)[1], std::pow(base, -0.25), 1e-7);
+}
+
+}  // namespace
+}  // namespace astrai::model
