@@ -1,0 +1,56 @@
+// Flags and loading shared by `astrai generate`, `chat` and `bench` (the inference commands).
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <memory>
+#include <string>
+
+#include "base/files.h"
+#include "base/parallel.h"
+#include "infer/engine.h"
+#include "model/transformer.h"
+#include "tokenizer/tokenizer.h"
+
+namespace astrai::cli {
+
+struct EngineFlags {
+  int max_running = 64;
+  int max_step_tokens = 2048;
+  int page_size = 16;
+  double kv_cache_mb = 1024;
+  bool no_prefix_cache = false;
+  int max_context = 0;
+  int threads = 0;
+
+  void add(CLI::App* cmd) {
+    cmd->add_option("--max-running", max_running, "Cap on requests decoding together");
+    cmd->add_option("--max-step-tokens", max_step_tokens, "Token budget of one step (chunked prefill)");
+    cmd->add_option("--page-size", page_size, "KV cache page size in tokens");
+    cmd->add_option("--kv-cache-mb", kv_cache_mb, "KV cache budget in MiB");
+    cmd->add_flag("--no-prefix-cache", no_prefix_cache, "Disable the shared prefix cache");
+    cmd->add_option("--max-context", max_context, "Context length (default: the model's)");
+    cmd->add_option("--threads", threads, "Threads (default: all cores)");
+  }
+  infer::EngineOptions options() const {
+    infer::EngineOptions o;
+    o.max_running = max_running;
+    o.max_step_tokens = max_step_tokens;
+    o.page_size = page_size;
+    o.kv_cache_bytes = static_cast<int64_t>(kv_cache_mb * 1024 * 1024);
+    o.prefix_cache = !no_prefix_cache;
+    o.max_context = max_context;
+    return o;
+  }
+};
+
+// Loads DIR's model and, when DIR has a tokenizer.json, its tokenizer (else null: token ids only).
+inline std::unique_ptr<infer::Engine> load_engine(const std::string& dir, const EngineFlags& flags) {
+  if (flags.threads > 0) set_num_threads(flags.threads);
+  auto model = std::make_shared<const model::Transformer>(model::Transformer::load(dir));
+  std::shared_ptr<const tokenizer::Tokenizer> tok;
+  if (file_exists(dir + "/tokenizer.json"))
+    tok = std::make_shared<const tokenizer::Tokenizer>(tokenizer::Tokenizer::load(dir));
+  return std::make_unique<infer::Engine>(model, tok, flags.options());
+}
+
+}  // namespace astrai::cli
