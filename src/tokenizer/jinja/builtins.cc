@@ -446,8 +446,11 @@ Value f_map(Interpreter& in, const Value& v, Args& a) {
   return Value::generator(std::move(out));
 }
 
+// |attr is getattr() only: a dict's keys are not its attributes (its methods are).
 Value f_attr(Interpreter&, const Value& v, Args& a) {
-  return get_attr(v, need_str(arg_or(a, 0, "name", Value()), "attr"));
+  const std::string& name = need_str(arg_or(a, 0, "name", Value()), "attr");
+  if (v.is_undefined() || v.is_namespace()) return get_attr(v, name);
+  return get_method(v, name);
 }
 
 Value f_unique(Interpreter&, const Value& v, Args& a) {
@@ -708,7 +711,7 @@ bool t_ge(Interpreter&, const Value& v, Args& a) { return !values_less(v, other_
 bool t_in(Interpreter&, const Value& v, Args& a) {
   const Value& c = other_arg(a);
   if (c.is_string()) return v.is_string() && c.str_ref().find(v.str_ref()) != std::string::npos;
-  if (c.is_dict()) return c.dict_ref().find(encode_key(v)) != nullptr;
+  if (c.is_dict()) return encode_key(v), dict_find(c.dict_ref(), v) != nullptr;
   for (const auto& x : iterate(c))
     if (values_equal(x, v)) return true;
   return false;
@@ -991,7 +994,8 @@ Value get_method(const Value& obj, const std::string& name) {
       // get
       Value key = arg_or(a, 0, "key", Value());
       Value dflt = arg_or(a, 1, "default", Value::none());
-      const Value* v = d.dict_ref().find(encode_key(key));
+      encode_key(key);  // unhashable → error, as in Python
+      const Value* v = dict_find(d.dict_ref(), key);
       return v ? *v : dflt;
     });
   }

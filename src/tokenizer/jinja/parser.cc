@@ -1147,12 +1147,19 @@ void check_body(const Body& body, bool soft) {
 }  // namespace
 
 Program parse_template(const std::string& source, const LexOptions& options) {
-  std::string src = source;
-  // keep_trailing_newline=False: jinja drops one trailing newline of the source.
-  if (!options.keep_trailing_newline && !src.empty() && src.back() == '\n') {
-    src.pop_back();
-    if (!src.empty() && src.back() == '\r') src.pop_back();
+  // jinja first rewrites every \r\n and \r of the source as \n (so trim_blocks sees them),
+  // then, with keep_trailing_newline=False, drops one trailing newline.
+  std::string src;
+  src.reserve(source.size());
+  for (size_t i = 0; i < source.size(); ++i) {
+    if (source[i] == '\r') {
+      src += '\n';
+      if (i + 1 < source.size() && source[i + 1] == '\n') ++i;
+    } else {
+      src += source[i];
+    }
   }
+  if (!options.keep_trailing_newline && !src.empty() && src.back() == '\n') src.pop_back();
   Lexer lexer(src, options);
   Parser parser(lexer.run());
   Program program = parser.run();

@@ -113,7 +113,7 @@ bool contains(const Value& container, const Value& item) {
       for (const auto& v : container.list_ref())
         if (values_equal(v, item)) return true;
       return false;
-    case Value::Kind::kDict: return container.dict_ref().find(encode_key(item)) != nullptr;
+    case Value::Kind::kDict: encode_key(item); return dict_find(container.dict_ref(), item) != nullptr;
     case Value::Kind::kGenerator:
       for (const auto& v : container.list_ref())
         if (values_equal(v, item)) return true;
@@ -291,7 +291,7 @@ Value get_item(const Value& obj, const Value& key) {
         return get_attr(obj, key.str_ref());
       }
       if (obj.is_dict() && (key.is_number() || key.is_none())) {
-        const Value* v = obj.dict_ref().find(encode_key(key));
+        const Value* v = dict_find(obj.dict_ref(), key);
         if (v) return *v;
       }
       return Value::undefined();
@@ -604,7 +604,7 @@ Value Interpreter::eval_inner(const Expr& e, const std::shared_ptr<Frame>& frame
       Value d = Value::dict();
       for (size_t i = 0; i + 1 < e.children.size(); i += 2) {
         Value k = eval(*e.children[i], frame);
-        d.dict_mut().set(encode_key(k), eval(*e.children[i + 1], frame));
+        dict_set(d.dict_mut(), k, eval(*e.children[i + 1], frame));
       }
       return d;
     }

@@ -91,13 +91,9 @@ std::string encode_key(const Value& k) {
   switch (k.kind()) {
     case Value::Kind::kString: return k.str_ref();
     case Value::Kind::kNone: return std::string("\0n", 2);
-    case Value::Kind::kBool:
+    case Value::Kind::kBool: return std::string("\0b", 2) + (k.as_bool() ? "1" : "0");
     case Value::Kind::kInt: return std::string("\0i", 2) + std::to_string(k.as_int());
-    case Value::Kind::kFloat: {
-      double f = k.as_float();
-      if (std::floor(f) == f && std::fabs(f) < 9e18) return std::string("\0i", 2) + std::to_string(static_cast<int64_t>(f));
-      return std::string("\0f", 2) + python_float_repr(f);
-    }
+    case Value::Kind::kFloat: return std::string("\0f", 2) + python_float_repr(k.as_float());
     default: fail("jinja: unhashable type: '", k.type_name(), "'");
   }
 }
@@ -105,8 +101,32 @@ std::string encode_key(const Value& k) {
 Value decode_key(const std::string& k) {
   if (k.empty() || k[0] != '\0') return Value(k);
   if (k[1] == 'n') return Value::none();
+  if (k[1] == 'b') return Value(k[2] == '1');
   if (k[1] == 'i') return Value(static_cast<int64_t>(std::stoll(k.substr(2))));
   return Value(std::stod(k.substr(2)));
+}
+
+const Value* dict_find(const Dict& d, const Value& key) {
+  if (key.is_string()) return d.find(key.str_ref());
+  const Value* v = d.find(encode_key(key));
+  if (v || !key.is_number()) return v;
+  // Equal numbers of other types: 1 == 1.0 == True.
+  double f = key.as_float();
+  if (!key.is_float() && (v = d.find(encode_key(Value(f))))) return v;
+  if (std::floor(f) == f && std::fabs(f) < 9e18) {
+    int64_t i = static_cast<int64_t>(f);
+    if (!key.is_int() && (v = d.find(encode_key(Value(i))))) return v;
+    if (!key.is_bool() && (i == 0 || i == 1) && (v = d.find(encode_key(Value(i == 1))))) return v;
+  }
+  return nullptr;
+}
+
+void dict_set(Dict& d, const Value& key, Value value) {
+  if (Value* existing = const_cast<Value*>(dict_find(d, key))) {
+    *existing = std::move(value);
+    return;
+  }
+  d.set(encode_key(key), std::move(value));
 }
 
 Value Value::dict() { return dict(std::make_shared<Dict>()); }
@@ -378,7 +398,9 @@ std::string Value::repr() const {
       }
       return out + "}>";
     }
-    case Kind::kCallable: return "<function " + callable_->name + ">";
+    case Kind::kCallable:
+      // Python prints "<built-in method ... at 0x...>": an address we cannot reproduce.
+      fail("jinja: printing a function object ('", callable_->name, "') is not supported");
     case Kind::kGenerator:
       // Python prints "<generator object ... at 0x...>": an address we cannot reproduce.
       fail("jinja: printing a generator object (the result of map/select/reject/... without |list) is not supported");
@@ -479,7 +501,8 @@ void json_dump(const Value& v, int indent, int level, const std::string& item_se
         const std::string& key = items[i]->first;
         if (!key.empty() && key[0] == '\0') {
           Value k = decode_key(key);  // json.dumps writes int/float/None keys as strings
-          json_string(k.is_none() ? "null" : k.to_str(), out, ensure_ascii);
+          json_string(k.is_none() ? "null" : k.is_bool() ? (k.as_bool() ? "true" : "false") : k.to_str(), out,
+                      ensure_ascii);
         } else {
           json_string(key, out, ensure_ascii);
         }

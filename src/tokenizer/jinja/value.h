@@ -132,10 +132,13 @@ bool values_equal(const Value& a, const Value& b);
 // a < b as Python compares them; throws astrai::Error for unorderable types.
 bool values_less(const Value& a, const Value& b);
 std::string python_float_repr(double v);
-// Dict keys: strings as is; other hashable keys (int, float, bool, None; 1 == 1.0 == True as in
-// Python) are encoded into a string starting with '\0'. encode_key fails on unhashable values.
+// Dict keys: strings as is; other hashable keys (int, float, bool, None) are encoded into a
+// string starting with '\0' that keeps their type. encode_key fails on unhashable values.
+// dict_find/dict_set match keys as Python does (1 == 1.0 == True; the first key object stays).
 std::string encode_key(const Value& k);
 Value decode_key(const std::string& k);
+const Value* dict_find(const Dict& d, const Value& key);
+void dict_set(Dict& d, const Value& key, Value value);
 std::string python_str_repr(const std::string& s);
 // markupsafe.escape: & < > " ' as entities.
 std::string html_escape(const std::string& s);
