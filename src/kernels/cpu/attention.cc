@@ -6,9 +6,85 @@
 
 #include "kernels/cpu/vec_math.h"
 
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
 namespace astrai::kernels {
 
 namespace {
+
+// The hot loops, one version per build. Each is a fixed sequence of operations for a given
+// length n, so results never depend on the batch, the chunking or pointer alignment.
+#if defined(__AVX512F__)
+inline __mmask16 tail_mask(int64_t remaining) {
+  return remaining >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << remaining) - 1);
+}
+
+inline float att_dot(const float* a, const float* b, int64_t n) {
+  __m512 acc = _mm512_setzero_ps();
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = tail_mask(n - i);
+    acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i), acc);
+  }
+  return _mm512_reduce_add_ps(acc);
+}
+
+inline void att_axpy(float p, const float* x, int64_t n, float* y) {
+  const __m512 pv = _mm512_set1_ps(p);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = tail_mask(n - i);
+    _mm512_mask_storeu_ps(y + i, m, _mm512_fmadd_ps(pv, _mm512_maskz_loadu_ps(m, x + i), _mm512_maskz_loadu_ps(m, y + i)));
+  }
+}
+
+inline __m512 exp512(__m512 x) {
+  x = _mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(88.0f)), _mm512_set1_ps(-87.0f));
+  const __m512 n = _mm512_roundscale_ps(_mm512_fmadd_ps(x, _mm512_set1_ps(1.44269504088896341f), _mm512_set1_ps(0.5f)),
+                                        _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  p = _mm512_fmadd_ps(_mm512_mul_ps(p, r), r, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+  const __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
+  return _mm512_mul_ps(p, _mm512_castsi512_ps(e));
+}
+
+// s[i] = exp(s[i] - max(s)) / sum, in place.
+inline void att_softmax(float* s, int64_t n) {
+  __m512 mx = _mm512_set1_ps(-INFINITY);
+  for (int64_t i = 0; i < n; i += 16) mx = _mm512_max_ps(mx, _mm512_mask_loadu_ps(mx, tail_mask(n - i), s + i));
+  const __m512 m = _mm512_set1_ps(_mm512_reduce_max_ps(mx));
+  __m512 acc = _mm512_setzero_ps();
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 k = tail_mask(n - i);
+    const __m512 e = exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, s + i), m));
+    acc = _mm512_add_ps(acc, _mm512_maskz_mov_ps(k, e));
+    _mm512_mask_storeu_ps(s + i, k, e);
+  }
+  const __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(acc));
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 k = tail_mask(n - i);
+    _mm512_mask_storeu_ps(s + i, k, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, s + i), inv));
+  }
+}
+#else
+inline float att_dot(const float* a, const float* b, int64_t n) { return dot(a, b, n); }
+inline void att_axpy(float p, const float* x, int64_t n, float* y) {
+  for (int64_t i = 0; i < n; ++i) y[i] += p * x[i];
+}
+inline void att_softmax(float* s, int64_t n) {
+  const float m = max_value(s, n);
+  exp_shifted(s, m, n, s);
+  const float inv = 1.0f / sum(s, n);
+  for (int64_t i = 0; i < n; ++i) s[i] *= inv;
+}
+#endif
 
 // Calls fn(first_position, count, k_rows, v_rows) for consecutive runs of key positions
 // [0, len) whose rows are contiguous (stride num_kv_heads * dim), in increasing order.
@@ -51,7 +127,9 @@ void attention(const float* q, const KvSource& kv, const AttentionSeq* seqs, int
 #pragma omp parallel
   {
     float* scores = scratch.buf.data() + per_thread * omp_get_thread_num();
-#pragma omp for schedule(static)
+    // Round-robin items: causal rows grow in cost along the sequence, so contiguous blocks
+    // would leave one thread with most of the work. Results do not depend on the schedule.
+#pragma omp for schedule(static, 1)
     for (int64_t item = 0; item < items; ++item) {
       const int64_t t = item / d.num_kv_heads;
       const int64_t kvh = item % d.num_kv_heads;
@@ -64,24 +142,18 @@ void attention(const float* q, const KvSource& kv, const AttentionSeq* seqs, int
       for_each_kv_run(kv, s, kvh, d, len, [&](int64_t p0, int64_t n, const float* kr, const float*) {
         for (int64_t i = 0; i < n; ++i) {
           const float* krow = kr + i * k_stride;
-          for (int64_t g = 0; g < groups; ++g) scores[g * max_len + p0 + i] = dot(qh + g * d.qk_dim, krow, d.qk_dim) * d.scale;
+          for (int64_t g = 0; g < groups; ++g) scores[g * max_len + p0 + i] = att_dot(qh + g * d.qk_dim, krow, d.qk_dim) * d.scale;
         }
       });
       for (int64_t g = 0; g < groups; ++g) {
-        float* sg = scores + g * max_len;
-        const float m = max_value(sg, len);
-        exp_shifted(sg, m, len, sg);
-        const float inv = 1.0f / sum(sg, len);
-        for (int64_t i = 0; i < len; ++i) sg[i] *= inv;
+        att_softmax(scores + g * max_len, len);
         std::fill(acc + g * d.v_dim, acc + (g + 1) * d.v_dim, 0.0f);
       }
       for_each_kv_run(kv, s, kvh, d, len, [&](int64_t p0, int64_t n, const float*, const float* vr) {
         for (int64_t i = 0; i < n; ++i) {
           const float* vrow = vr + i * v_stride;
           for (int64_t g = 0; g < groups; ++g) {
-            const float p = scores[g * max_len + p0 + i];
-            float* a = acc + g * d.v_dim;
-            for (int64_t e = 0; e < d.v_dim; ++e) a[e] += p * vrow[e];
+            att_axpy(scores[g * max_len + p0 + i], vrow, d.v_dim, acc + g * d.v_dim);
           }
         }
       });
