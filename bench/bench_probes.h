@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cblas.h>
+#include <dlfcn.h>
 #include <immintrin.h>
 #include <omp.h>
 
@@ -11,6 +12,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <fstream>
 #include <string>
 #include <memory>
@@ -22,14 +24,43 @@
 
 namespace astrai::bench {
 
-// Best wall time of fn() over repetitions lasting at least min_seconds in total (after one
+// How a measurement is timed. kWall: wall clock. kCpu: process CPU seconds divided by the
+// thread count, for a machine shared with other jobs: time slices lost to them do not count,
+// and with OMP_WAIT_POLICY=passive idle threads sleep instead of spinning, so this estimates
+// the wall time on a quiet machine (it hides load imbalance between the threads).
+enum class Clock { kWall, kCpu };
+inline Clock& clock_mode() {
+  static Clock mode = Clock::kWall;
+  return mode;
+}
+
+inline double process_cpu_seconds() {
+  timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + ts.tv_nsec * 1e-9;
+}
+
+class Stopwatch {
+ public:
+  Stopwatch() : cpu_(process_cpu_seconds()) {}
+  double seconds() const {
+    if (clock_mode() == Clock::kWall) return wall_.seconds();
+    return (process_cpu_seconds() - cpu_) / num_threads();
+  }
+
+ private:
+  Timer wall_;
+  double cpu_;
+};
+
+// Best time of fn() over repetitions lasting at least min_seconds in total (after one
 // warm-up call) and at least min_reps calls.
 template <typename Fn>
 double best_seconds(Fn&& fn, double min_seconds = 0.3, int min_reps = 3) {
   fn();
   double best = 1e30, total = 0;
   for (int rep = 0; rep < min_reps || total < min_seconds; ++rep) {
-    Timer t;
+    Stopwatch t;
     fn();
     const double s = t.seconds();
     best = std::min(best, s);
@@ -135,5 +166,49 @@ inline double sgemm_gflops(int64_t m, int64_t n, int64_t k, double min_seconds =
       min_seconds);
   return 2.0 * m * n * k / s / 1e9;
 }
+
+// BLIS loaded at run time (Debian libblis4-openmp, if installed) so the same shapes can be
+// measured against it in one process without linking two BLAS libraries into the project.
+class Blis {
+ public:
+  Blis() {
+    for (const char* name : {"/usr/lib/x86_64-linux-gnu/blis-openmp/libblis.so.4", "libblis.so.4"}) {
+      handle_ = dlopen(name, RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
+      if (handle_) break;
+    }
+    if (!handle_) return;
+    sgemm_ = reinterpret_cast<SgemmFn>(dlsym(handle_, "cblas_sgemm"));
+    set_threads_ = reinterpret_cast<SetThreadsFn>(dlsym(handle_, "bli_thread_set_num_threads"));
+    if (!sgemm_ || !set_threads_) sgemm_ = nullptr;
+  }
+  Blis(const Blis&) = delete;
+  Blis& operator=(const Blis&) = delete;
+  ~Blis() {
+    if (handle_) dlclose(handle_);
+  }
+  bool available() const { return sgemm_ != nullptr; }
+
+  // GFLOP/s of y = x · W^T through BLIS with `threads` threads.
+  double sgemm_gflops(int64_t m, int64_t n, int64_t k, int threads, double min_seconds = 0.3) const {
+    set_threads_(threads);
+    const auto x = random_floats(static_cast<size_t>(m * k), 1), w = random_floats(static_cast<size_t>(n * k), 2);
+    std::vector<float> y(static_cast<size_t>(m * n));
+    const double s = best_seconds(
+        [&] {
+          sgemm_(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k),
+                 1.0f, x.data(), static_cast<int>(k), w.data(), static_cast<int>(k), 0.0f, y.data(), static_cast<int>(n));
+        },
+        min_seconds);
+    return 2.0 * m * n * k / s / 1e9;
+  }
+
+ private:
+  using SgemmFn = void (*)(CBLAS_ORDER, CBLAS_TRANSPOSE, CBLAS_TRANSPOSE, int, int, int, float, const float*, int,
+                           const float*, int, float, float*, int);
+  using SetThreadsFn = void (*)(int64_t);
+  void* handle_ = nullptr;
+  SgemmFn sgemm_ = nullptr;
+  SetThreadsFn set_threads_ = nullptr;
+};
 
 }  // namespace astrai::bench

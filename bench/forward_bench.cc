@@ -5,7 +5,8 @@
 //            our linear kernel's rate measured in this run on the forward's own GEMM shapes;
 //   decode:  single-token steps for batch 1 and 8 (128 tokens of context in a paged KV
 //            cache), weight bytes read per second next to a copy probe run in this process.
-// Usage: forward_bench [--quick] [--dtype f32|bf16|both] [--threads N]
+// Usage: forward_bench [--quick] [--dtype f32|bf16|both] [--threads N] [--cpu-time]
+//        (--cpu-time: see bench_probes.h, for a busy machine; run it with OMP_WAIT_POLICY=passive)
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -109,12 +110,14 @@ int main(int argc, char** argv) {
     if (std::strcmp(argv[i], "--quick") == 0) quick = true;
     if (std::strcmp(argv[i], "--dtype") == 0 && i + 1 < argc) dtypes = argv[++i];
     if (std::strcmp(argv[i], "--threads") == 0 && i + 1 < argc) threads = std::atoi(argv[++i]);
+    if (std::strcmp(argv[i], "--cpu-time") == 0) bench::clock_mode() = bench::Clock::kCpu;
   }
   set_num_threads(threads);
   const double t_min = quick ? 0.05 : 0.2;
   const model::ModelConfig config = bench_config();
 
-  std::printf("load average at the start: %s\n", bench::load_average().c_str());
+  std::printf("load average at the start: %s; clock: %s\n", bench::load_average().c_str(),
+              bench::clock_mode() == bench::Clock::kCpu ? "process CPU time / threads (--cpu-time)" : "wall");
   const bench::CopyBandwidth bw = bench::copy_bandwidth();
   std::printf("threads=%d  copy probe %.1f GB/s (read+write), streaming read %.1f GB/s\n", threads, bw.copy_gbs,
               bw.read_gbs);

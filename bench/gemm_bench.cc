@@ -3,7 +3,8 @@
 //   2. OpenBLAS SGEMM vs kernels::linear (f32 and bf16 weights) on transformer shapes,
 //      1 and 2 threads, GFLOP/s;
 //   3. decode-shaped GEMV (M = 1 and 8): weight bytes read per second vs the copy probe.
-// Usage: gemm_bench [--quick]
+// Usage: gemm_bench [--quick] [--cpu-time]   (--cpu-time: see bench_probes.h, for a busy machine;
+//        run it with OMP_WAIT_POLICY=passive)
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -40,10 +41,15 @@ double linear_seconds(int64_t m, int64_t n, int64_t k, DType dtype, double min_s
 }  // namespace
 
 int main(int argc, char** argv) {
-  const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
+  bool quick = false;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--quick") == 0) quick = true;
+    if (std::strcmp(argv[i], "--cpu-time") == 0) bench::clock_mode() = bench::Clock::kCpu;
+  }
   const double t_min = quick ? 0.1 : 0.3;
 
-  std::printf("load average at the start: %s\n", bench::load_average().c_str());
+  std::printf("load average at the start: %s; clock: %s\n", bench::load_average().c_str(),
+              bench::clock_mode() == bench::Clock::kCpu ? "process CPU time / threads (--cpu-time)" : "wall");
   std::printf("== copy bandwidth (1 GiB memcpy, STREAM counting read+write; streaming read) ==\n");
   bench::CopyBandwidth bw[3];
   for (int threads : {1, 2}) {
@@ -52,22 +58,26 @@ int main(int argc, char** argv) {
     std::printf("threads=%d  copy %.1f GB/s  read %.1f GB/s\n", threads, bw[threads].copy_gbs, bw[threads].read_gbs);
   }
 
-  std::printf("\n== GEMM y = x W^T: GFLOP/s (OpenBLAS sgemm | linear f32 | linear bf16) ==\n");
+  const bench::Blis blis;
+  std::printf("\n== GEMM y = x W^T: GFLOP/s (OpenBLAS sgemm | BLIS sgemm | linear f32 | linear bf16) ==\n");
+  if (!blis.available()) std::printf("(BLIS not installed: apt-get install libblis-openmp-dev to compare)\n");
   struct Shape { int64_t m, n, k; };
   std::vector<Shape> shapes = {{512, 768, 768},   {512, 2048, 768}, {512, 768, 2048},
                                {512, 2304, 768},  {4096, 768, 768}, {4096, 2048, 768},
                                {4096, 768, 2048}, {512, 32000, 768}};
   if (quick) shapes = {{512, 768, 768}, {512, 2048, 768}, {512, 768, 2048}};
-  std::printf("%5s %6s %6s %3s | %8s %8s %8s | %6s\n", "M", "N", "K", "thr", "blas", "f32", "bf16", "f32/blas");
+  std::printf("%5s %6s %6s %3s | %8s %8s %8s %8s | %6s\n", "M", "N", "K", "thr", "openblas", "blis", "f32", "bf16",
+              "f32/openblas");
   for (int threads : {1, 2}) {
     set_num_threads(threads);
     for (const auto& s : shapes) {
       const double flop = 2.0 * s.m * s.n * s.k;
       const double blas = bench::sgemm_gflops(s.m, s.n, s.k, t_min);
+      const double blis_gf = blis.available() ? blis.sgemm_gflops(s.m, s.n, s.k, threads, t_min) : 0.0;
       const double f32 = flop / linear_seconds(s.m, s.n, s.k, DType::kF32, t_min) / 1e9;
       const double bf16 = flop / linear_seconds(s.m, s.n, s.k, DType::kBF16, t_min) / 1e9;
-      std::printf("%5ld %6ld %6ld %3d | %8.1f %8.1f %8.1f | %5.0f%%\n", static_cast<long>(s.m),
-                  static_cast<long>(s.n), static_cast<long>(s.k), threads, blas, f32, bf16, 100 * f32 / blas);
+      std::printf("%5ld %6ld %6ld %3d | %8.1f %8.1f %8.1f %8.1f | %5.0f%%\n", static_cast<long>(s.m),
+                  static_cast<long>(s.n), static_cast<long>(s.k), threads, blas, blis_gf, f32, bf16, 100 * f32 / blas);
     }
   }
 

@@ -43,7 +43,6 @@ constexpr int kMr = 3;                // x rows per register tile
 constexpr int64_t kKb = 256;          // K block of the reduction order (never tuned per shape)
 constexpr int64_t kSmallM = 8;        // up to this many rows: weights read in place
 constexpr int64_t kPackRows = 128;    // W rows per packed block (128 x 256 x 4 B = 128 KiB)
-constexpr int64_t kPrefetch = 512;     // elements ahead in a streamed W row
 constexpr int64_t kBlasMinRows = 16;  // non-invariant mode: BLAS from this many rows
 
 std::atomic<bool> g_batch_invariant{true};
@@ -107,7 +106,7 @@ struct Packed {};
 // y = p (first block) or y + p, then + bias on the last block (bias may be null).
 template <int MR, DType T, typename Layout>
 void tile(const float* x, int64_t ldx, const void* w, int64_t ld, int64_t kc, int nr, float* y, int64_t ldy,
-          bool first, const float* bias) {
+          bool first, const float* bias, const char* prefetch) {
   constexpr size_t esz = T == DType::kF32 ? 4 : 2;
   const uint8_t* wrow[kNr];
   if constexpr (std::is_same_v<Layout, RowMajor>) {
@@ -122,6 +121,11 @@ void tile(const float* x, int64_t ldx, const void* w, int64_t ld, int64_t kc, in
   const int64_t kfull = kc & ~int64_t{15};
   int64_t k = 0;
   for (; k < kfull; k += 16) {
+    if (prefetch) {
+      // As many bytes as this step reads (8 rows x 16 elements), from the next group of rows.
+#pragma GCC unroll 8
+      for (size_t b = 0; b < 2 * esz; ++b) _mm_prefetch(prefetch + (k / 16 * 2 * esz + b) * 64, _MM_HINT_T1);
+    }
     __m512 xv[MR];
 #pragma GCC unroll 8
     for (int r = 0; r < MR; ++r) xv[r] = _mm512_loadu_ps(x + r * ldx + k);
@@ -129,9 +133,6 @@ void tile(const float* x, int64_t ldx, const void* w, int64_t ld, int64_t kc, in
     for (int c = 0; c < kNr; ++c) {
       __m512 wv;
       if constexpr (std::is_same_v<Layout, RowMajor>) {
-        // Weights streamed from memory (decode): 8 short row streams defeat the hardware
-        // prefetchers, so fetch kPrefetch elements ahead, once per cache line.
-        if ((k * esz) % 64 == 0) _mm_prefetch(reinterpret_cast<const char*>(wrow[c] + (k + kPrefetch) * esz), _MM_HINT_T0);
         wv = load_w_full<T>(wrow[c], k);
       } else {
         wv = _mm512_loadu_ps(wp + (k / 16 * kNr + c) * 16);
@@ -172,7 +173,7 @@ void tile(const float* x, int64_t ldx, const void* w, int64_t ld, int64_t kc, in
 
 template <DType T, typename Layout>
 using TileFn = void (*)(const float*, int64_t, const void*, int64_t, int64_t, int, float*, int64_t, bool,
-                        const float*);
+                        const float*, const char*);
 
 template <DType T, typename Layout>
 TileFn<T, Layout> tile_fn(int64_t mr) {
@@ -244,10 +245,16 @@ void linear_invariant(const float* x, int64_t m, const WeightView& w, const floa
             const float* bj = last && bias ? bias + j : nullptr;
             if (pack) {
               tile_fn<DType::kF32, Packed>(mr)(x + i * kk + k0, kk, packed.data() + (j - nb0) * steps * 16, 0, kc,
-                                               nr, y + i * n + j, n, first, bj);
+                                               nr, y + i * n + j, n, first, bj, nullptr);
             } else {
+              // Streaming weights: prefetch the next group of 8 rows (contiguous, 8 * kk
+              // elements further) in step with this one; short rows keep the hardware
+              // prefetchers from ramping up on each group's 8 streams.
+              const char* pf = i == 0 && j + 2 * kNr <= r1
+                                   ? reinterpret_cast<const char*>(wb + ((j + kNr) * kk + 8 * k0) * esz)
+                                   : nullptr;
               tile_fn<T, RowMajor>(mr)(x + i * kk + k0, kk, wb + (j * kk + k0) * esz, kk, kc, nr, y + i * n + j, n,
-                                       first, bj);
+                                       first, bj, pf);
             }
           }
         }
