@@ -1,0 +1,212 @@
+// The inference-forward kernels against straightforward double-precision references, and
+// their invariances (paged vs contiguous K/V, thread count).
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "kernels/cpu/activation.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/embedding.h"
+#include "kernels/cpu/rmsnorm.h"
+#include "kernels/cpu/rope.h"
+#include "kernels/cpu/softmax.h"
+#include "kernels/cpu/vec_math.h"
+
+namespace astrai::kernels {
+namespace {
+
+std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0.0f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = nd(rng);
+  return v;
+}
+
+TEST(VecMath, ExpApproxIsAccurate) {
+  double worst = 0;
+  for (float x = -87.0f; x <= 88.0f; x += 0.0137f) {
+    const double want = std::exp(static_cast<double>(x));
+    worst = std::max(worst, std::fabs(exp_approx(x) - want) / want);
+  }
+  EXPECT_LT(worst, 4e-7);
+  EXPECT_EQ(exp_approx(0.0f), 1.0f);
+  EXPECT_LT(exp_approx(-1000.0f), 1e-37f);
+}
+
+TEST(VecMath, DotMatchesDouble) {
+  for (int64_t n : {1, 7, 16, 24, 64, 129}) {
+    auto a = randn(static_cast<size_t>(n), 1), b = randn(static_cast<size_t>(n), 2);
+    double want = 0;
+    for (int64_t i = 0; i < n; ++i) want += static_cast<double>(a[i]) * b[i];
+    EXPECT_NEAR(dot(a.data(), b.data(), n), want, 1e-5 * std::sqrt(static_cast<double>(n))) << n;
+  }
+}
+
+TEST(RmsNorm, MatchesDefinition) {
+  const int64_t rows = 5, dim = 37;
+  auto x = randn(rows * dim, 3), w = randn(dim, 4);
+  std::vector<float> y(x.size());
+  rmsnorm(x.data(), rows, dim, w.data(), 1e-5f, y.data());
+  for (int64_t r = 0; r < rows; ++r) {
+    double ms = 0;
+    for (int64_t i = 0; i < dim; ++i) ms += static_cast<double>(x[r * dim + i]) * x[r * dim + i];
+    const double rstd = 1.0 / std::sqrt(ms / dim + 1e-5);
+    for (int64_t i = 0; i < dim; ++i) EXPECT_NEAR(y[r * dim + i], w[i] * x[r * dim + i] * rstd, 1e-5);
+  }
+  rmsnorm(x.data(), rows, dim, w.data(), 1e-5f, x.data());  // in place
+  EXPECT_EQ(x, y);
+}
+
+TEST(Rope, BothPairingsRotateTheRightPairs) {
+  const int64_t tokens = 3, heads = 2, stride = 12, offset = 4, half = 4;  // rotate dims [4, 12)
+  const std::vector<double> inv = {1.0, 0.3, 0.01, 0.001};
+  const std::vector<int32_t> pos = {0, 5, 117};
+  std::vector<float> cos(tokens * half), sin(tokens * half);
+  rope_sincos(inv.data(), half, pos.data(), tokens, false, cos.data(), sin.data());
+  EXPECT_FLOAT_EQ(cos[1 * half + 1], static_cast<float>(std::cos(1.5)));
+  for (bool adjacent : {false, true}) {
+    auto x = randn(tokens * heads * stride, 5);
+    auto y = x;
+    rope_rotate(y.data(), tokens, heads, stride, offset, half, cos.data(), sin.data(), adjacent);
+    for (int64_t t = 0; t < tokens; ++t) {
+      for (int64_t h = 0; h < heads; ++h) {
+        const float* a = x.data() + (t * heads + h) * stride;
+        const float* b = y.data() + (t * heads + h) * stride;
+        for (int64_t i = 0; i < offset; ++i) EXPECT_EQ(a[i], b[i]);  // the non-rotated part
+        for (int64_t f = 0; f < half; ++f) {
+          const int64_t i0 = offset + (adjacent ? 2 * f : f), i1 = offset + (adjacent ? 2 * f + 1 : f + half);
+          const double ang = pos[t] * inv[f];
+          EXPECT_NEAR(b[i0], a[i0] * std::cos(ang) - a[i1] * std::sin(ang), 1e-5);
+          EXPECT_NEAR(b[i1], a[i1] * std::cos(ang) + a[i0] * std::sin(ang), 1e-5);
+        }
+      }
+    }
+  }
+}
+
+TEST(Activation, SwigluAndGate) {
+  auto g = randn(1000, 6, 4.0f), u = randn(1000, 7);
+  std::vector<float> out(1000);
+  swiglu(g.data(), u.data(), 1000, out.data());
+  auto x = u;
+  mul_sigmoid(x.data(), g.data(), 1000);
+  for (int i = 0; i < 1000; ++i) {
+    const double s = 1.0 / (1.0 + std::exp(-static_cast<double>(g[i])));
+    EXPECT_NEAR(out[i], g[i] * s * u[i], 2e-6 * (1 + std::fabs(g[i] * u[i])));
+    EXPECT_NEAR(x[i], u[i] * s, 2e-6 * (1 + std::fabs(u[i])));
+  }
+}
+
+TEST(Embedding, ConvertsRowsOfEveryDtype) {
+  const int64_t vocab = 6, dim = 5;
+  auto table = randn(vocab * dim, 8);
+  std::vector<uint16_t> bf(table.size()), hf(table.size());
+  convert_from_f32(table.data(), DType::kBF16, bf.data(), table.size());
+  convert_from_f32(table.data(), DType::kF16, hf.data(), table.size());
+  const std::vector<int32_t> ids = {5, 0, 5, 2};
+  std::vector<float> out(ids.size() * dim);
+  embedding(table.data(), DType::kF32, dim, ids.data(), 4, out.data());
+  for (size_t i = 0; i < ids.size(); ++i)
+    EXPECT_EQ(std::memcmp(out.data() + i * dim, table.data() + ids[i] * dim, dim * sizeof(float)), 0);
+  embedding(bf.data(), DType::kBF16, dim, ids.data(), 4, out.data());
+  EXPECT_EQ(out[dim], bf16_to_f32(bf[0]));
+  embedding(hf.data(), DType::kF16, dim, ids.data(), 4, out.data());
+  EXPECT_EQ(out[dim + 1], f16_to_f32(hf[1]));
+}
+
+TEST(Softmax, LogSoftmaxNormalises) {
+  auto x = randn(300, 9, 10.0f);
+  std::vector<float> y(300);
+  log_softmax(x.data(), 300, y.data());
+  double s = 0;
+  for (float v : y) s += std::exp(static_cast<double>(v));
+  EXPECT_NEAR(s, 1.0, 1e-5);
+  softmax(x.data(), 300, y.data());
+  s = 0;
+  for (float v : y) s += v;
+  EXPECT_NEAR(s, 1.0, 1e-5);
+}
+
+// Naive causal attention in double for one sequence whose K/V rows are [len, kv_heads, dim].
+std::vector<double> naive_attention(const float* q, const float* k, const float* v, int64_t ctx, int64_t n,
+                                    const AttentionDims& d) {
+  std::vector<double> out(n * d.num_heads * d.v_dim);
+  const int64_t groups = d.num_heads / d.num_kv_heads;
+  for (int64_t j = 0; j < n; ++j) {
+    const int64_t len = ctx + j + 1;
+    for (int64_t h = 0; h < d.num_heads; ++h) {
+      const int64_t kvh = h / groups;
+      std::vector<double> s(len);
+      double m = -1e300;
+      for (int64_t t = 0; t < len; ++t) {
+        double acc = 0;
+        for (int64_t e = 0; e < d.qk_dim; ++e)
+          acc += static_cast<double>(q[(j * d.num_heads + h) * d.qk_dim + e]) * k[(t * d.num_kv_heads + kvh) * d.qk_dim + e];
+        s[t] = acc * d.scale;
+        m = std::max(m, s[t]);
+      }
+      double z = 0;
+      for (auto& x : s) z += (x = std::exp(x - m));
+      for (int64_t e = 0; e < d.v_dim; ++e) {
+        double acc = 0;
+        for (int64_t t = 0; t < len; ++t) acc += s[t] / z * v[(t * d.num_kv_heads + kvh) * d.v_dim + e];
+        out[(j * d.num_heads + h) * d.v_dim + e] = acc;
+      }
+    }
+  }
+  return out;
+}
+
+TEST(Attention, ContiguousAndPagedMatchNaiveAndEachOther) {
+  const AttentionDims d{6, 2, 24, 20, 0.2f};  // GQA 3, qk 24 (masked tails), v 20
+  const int64_t len = 37, ctx = 29, n = len - ctx, ps = 8;
+  auto k = randn(len * d.num_kv_heads * d.qk_dim, 10), v = randn(len * d.num_kv_heads * d.v_dim, 11);
+  auto q = randn(len * d.num_heads * d.qk_dim, 12);
+
+  // Contiguous: the whole sequence as new tokens.
+  std::vector<float> out(len * d.num_heads * d.v_dim);
+  AttentionSeq seq{0, static_cast<int32_t>(len), 0, nullptr};
+  std::vector<int32_t> token_seq(len, 0);
+  AttentionScratch scratch;
+  attention(q.data(), KvSource{k.data(), v.data(), 0}, &seq, 1, token_seq.data(), len, d, out.data(), scratch);
+  const auto want = naive_attention(q.data(), k.data(), v.data(), 0, len, d);
+  for (size_t i = 0; i < out.size(); ++i) ASSERT_NEAR(out[i], want[i], 1e-5) << i;
+
+  // Paged: the last n tokens are new, K/V of all positions in shuffled pages.
+  const std::vector<int32_t> table = {4, 0, 3, 1, 2};
+  std::vector<float> kp(5 * ps * d.num_kv_heads * d.qk_dim, NAN), vp(5 * ps * d.num_kv_heads * d.v_dim, NAN);
+  for (int64_t t = 0; t < len; ++t) {
+    const int64_t slot = table[t / ps] * ps + t % ps;
+    std::memcpy(&kp[slot * d.num_kv_heads * d.qk_dim], &k[t * d.num_kv_heads * d.qk_dim],
+                d.num_kv_heads * d.qk_dim * sizeof(float));
+    std::memcpy(&vp[slot * d.num_kv_heads * d.v_dim], &v[t * d.num_kv_heads * d.v_dim],
+                d.num_kv_heads * d.v_dim * sizeof(float));
+  }
+  // Two sequences in one batch: a 1-token dummy first so rows are offset.
+  std::vector<float> q2((1 + n) * d.num_heads * d.qk_dim);
+  std::memcpy(q2.data() + d.num_heads * d.qk_dim, q.data() + ctx * d.num_heads * d.qk_dim,
+              n * d.num_heads * d.qk_dim * sizeof(float));
+  const std::vector<int32_t> dummy_table = {2};
+  AttentionSeq seqs[2] = {{0, 1, 0, dummy_table.data()}, {1, static_cast<int32_t>(n), static_cast<int32_t>(ctx), table.data()}};
+  std::vector<int32_t> ts = {0};
+  ts.insert(ts.end(), n, 1);
+  std::vector<float> out2((1 + n) * d.num_heads * d.v_dim);
+  for (int threads : {1, 2, 3}) {
+    omp_set_num_threads(threads);
+    attention(q2.data(), KvSource{kp.data(), vp.data(), static_cast<int32_t>(ps)}, seqs, 2, ts.data(), 1 + n, d,
+              out2.data(), scratch);
+    EXPECT_EQ(std::memcmp(out2.data() + d.num_heads * d.v_dim, out.data() + ctx * d.num_heads * d.v_dim,
+                          n * d.num_heads * d.v_dim * sizeof(float)),
+              0)
+        << threads << " threads";
+  }
+  omp_set_num_threads(2);
+}
+
+}  // namespace
+}  // namespace astrai::kernels
