@@ -49,8 +49,9 @@ class MappedStorage final : public Storage {
 std::shared_ptr<Storage> make_host_storage(size_t bytes) { return std::make_shared<HostStorage>(bytes); }
 
 std::shared_ptr<Storage> make_mapped_storage(std::shared_ptr<const MappedFile> file, size_t offset, size_t bytes) {
-  ASTRAI_CHECK(offset + bytes <= file->size(), file->path(), ": range [", offset, ", ", offset + bytes,
-               ") is outside the file (", file->size(), " bytes)");
+  // Written so that offset + bytes cannot wrap around.
+  ASTRAI_CHECK(offset <= file->size() && bytes <= file->size() - offset, file->path(), ": range of ", bytes,
+               " bytes at offset ", offset, " is outside the file (", file->size(), " bytes)");
   return std::make_shared<MappedStorage>(std::move(file), offset, bytes);
 }
 
