@@ -95,7 +95,7 @@ def test_model(name, tmp):
 
     rng = np.random.RandomState(zlib.crc32(name.encode()))
     lens = [int(x) for x in rng.randint(1, 40, size=16)]
-    gens = [int(x) for x in rng.randint(1, 12, size=16)]
+    gens = [int(x) for x in rng.randint(4, 20, size=16)]
     prompts = [[int(t) for t in rng.randint(0, c.vocab, size=n)] for n in lens]
     refs = [torch_greedy(c, Wr, p, g) for p, g in zip(prompts, gens)]
 
