@@ -526,6 +526,24 @@ def test_info(tmp):
     check("GQA heads 8/2" in r.stdout and "llama3" in r.stdout, "info: text summary")
 
 
+def test_rss(tmp):
+    """An f32 model is mapped, not copied: peak RSS of a forward stays near 1x the weights."""
+    cfg = base("llama", vocab_size=8192, hidden_size=512, intermediate_size=1024, num_attention_heads=8,
+               num_key_value_heads=8)
+    c = Cfg(cfg)
+    d = os.path.join(tmp, "rss")
+    save_model(d, cfg, [(n, torch.randn(s) * 0.02) for n, s, _ in param_shapes(c)])
+    weights = os.path.getsize(os.path.join(d, "model.safetensors"))
+    probe = ("import resource, subprocess, sys; subprocess.run(sys.argv[1:], check=True, stdout=subprocess.DEVNULL); "
+             "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024)")
+    r = subprocess.run([sys.executable, "-c", probe, ASTRAI, "score", "--model", d, "--ids", "1,2,3,4"],
+                       capture_output=True, text=True, timeout=120)
+    rss = int(r.stdout.strip())
+    # A copy would cost the weights twice (less the untouched embedding rows, 16 MiB here).
+    check(rss < weights + (24 << 20),
+          "peak RSS %.1f MiB for %.1f MiB of f32 weights (< weights + 24 MiB)" % (rss / 2**20, weights / 2**20))
+
+
 def main():
     keep = None
     only = None
@@ -543,6 +561,7 @@ def main():
             test_model(name, tmp)
         if not only:
             test_info(tmp)
+            test_rss(tmp)
             test_errors(tmp)
     finally:
         if not keep:
