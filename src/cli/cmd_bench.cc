@@ -1,0 +1,291 @@
+// `astrai bench decode | prefix` (inference engine benchmarks; other files add more through
+// cli/bench.h). Both run on a random-weight ~100M Llama-style model unless --model is given.
+//
+// decode: batch 1/8/32, prompt 512, generate 128. Reports aggregate decode tokens/s (after every
+//   request has its first token), the bytes a decode step must stream (weights + KV read) per
+//   second against a parallel memcpy probe measured in the same run, the batch-32 / batch-1
+//   ratio, the share of a step spent in attention (the paged attention kernel timed alone on the
+//   same shapes), and the engine's own overhead (scheduling + sampling) as a share of the step.
+// prefix: 32 requests sharing a 1000-token prefix: time to first token and total time with the
+//   prefix cache on and off.
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/error.h"
+#include "base/json.h"
+#include "base/parallel.h"
+#include "base/timer.h"
+#include "cli/bench.h"
+#include "cli/command.h"
+#include "cli/infer_flags.h"
+#include "infer/engine.h"
+#include "kernels/cpu/attention.h"
+#include "model/transformer.h"
+
+namespace astrai::cli {
+
+namespace {
+std::vector<BenchSetup>& bench_registry() {
+  static std::vector<BenchSetup> setups;
+  return setups;
+}
+}  // namespace
+
+bool register_bench(BenchSetup setup) {
+  bench_registry().push_back(setup);
+  return true;
+}
+const std::vector<BenchSetup>& registered_benches() { return bench_registry(); }
+
+namespace {
+
+struct BenchModelFlags {
+  std::string model;
+  int threads = 0;
+  int layers = 12, hidden = 768, heads = 12, kv_heads = 4, ffn = 2048, vocab = 32000;
+  void add(CLI::App* cmd) {
+    cmd->add_option("--model", model, "Model directory (default: random-weight ~100M Llama-style model)");
+    cmd->add_option("--threads", threads, "Threads (default: all cores)");
+    cmd->add_option("--layers", layers, "Random model: layers");
+    cmd->add_option("--hidden", hidden, "Random model: hidden size");
+    cmd->add_option("--vocab", vocab, "Random model: vocabulary");
+  }
+};
+
+std::shared_ptr<const model::Transformer> bench_model(const BenchModelFlags& f) {
+  if (f.threads > 0) set_num_threads(f.threads);
+  if (!f.model.empty()) return std::make_shared<const model::Transformer>(model::Transformer::load(f.model));
+  Json j = {{"model_type", "llama"},          {"vocab_size", f.vocab},           {"hidden_size", f.hidden},
+            {"intermediate_size", f.ffn},     {"num_hidden_layers", f.layers},   {"num_attention_heads", f.heads},
+            {"num_key_value_heads", f.kv_heads}, {"max_position_embeddings", 4096}, {"rms_norm_eps", 1e-5},
+            {"rope_theta", 10000.0},          {"tie_word_embeddings", true},     {"hidden_act", "silu"}};
+  model::ModelConfig config = model::ModelConfig::from_json(j, "bench model");
+  model::ModelWeights w = model::ModelWeights::allocate(config, DType::kF32);
+  uint64_t state = 0x1234567;
+  for (auto& p : w.params(config)) {
+    float* d = p.tensor->data<float>();
+    const int64_t n = p.tensor->numel();
+    const bool norm = p.shape.size() == 1;
+    const float a = norm ? 0.0f : std::sqrt(3.0f / static_cast<float>(p.shape.back()));
+    for (int64_t i = 0; i < n; ++i) {
+      state ^= state << 13, state ^= state >> 7, state ^= state << 17;
+      d[i] = norm ? 1.0f : a * (static_cast<float>(state >> 40) * 0x1.0p-23f * 2.0f - 1.0f);
+    }
+  }
+  return std::make_shared<const model::Transformer>(config, std::move(w));
+}
+
+// Parallel memcpy of a buffer much larger than the caches: bytes read per second.
+double copy_bandwidth() {
+  const size_t n = size_t(256) << 20;  // 256 MiB each way
+  std::vector<char> src(n, 1), dst(n, 0);
+  double best = 0;
+  for (int rep = 0; rep < 5; ++rep) {
+    Timer t;
+    const int64_t chunks = 64;
+    parallel_for(0, chunks, [&](int64_t c) {
+      const size_t b = n / chunks * c;
+      std::memcpy(dst.data() + b, src.data() + b, n / chunks);
+    });
+    best = std::max(best, double(n) / t.seconds());
+  }
+  return best;
+}
+
+std::vector<int32_t> random_ids(uint64_t seed, int n, int vocab) {
+  std::vector<int32_t> ids(n);
+  for (auto& t : ids) {
+    seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+    t = static_cast<int32_t>((seed >> 33) % uint64_t(vocab));
+  }
+  return ids;
+}
+
+struct RunStats {
+  double decode_tps = 0;       // aggregate tokens/s once every request decodes
+  double step_seconds = 0;     // mean decode step
+  double overhead_share = 0;   // scheduling + sampling / step (whole run)
+  double mean_ttft = 0, total_seconds = 0;
+  uint64_t cache_hits = 0;
+};
+
+RunStats run_batch(const std::shared_ptr<const model::Transformer>& m, int batch, int prompt_len, int gen,
+                   bool prefix_cache, const std::vector<int32_t>& shared_prefix = {}) {
+  infer::EngineOptions o;
+  o.max_running = std::max(batch, 1);
+  o.max_step_tokens = 2048;
+  o.prefix_cache = prefix_cache;
+  const int64_t tokens = int64_t(batch) * (prompt_len + int64_t(shared_prefix.size()) + gen + 32);
+  o.kv_cache_bytes = std::max<int64_t>(tokens * m->kv_bytes_per_token(), 64 << 20);
+  infer::Engine engine(m, nullptr, o);
+  std::atomic<int> first_tokens{0};
+  std::atomic<int64_t> decode_tokens_after{0};
+  Timer clock;
+  std::atomic<double> t_all_first{0};
+  std::vector<infer::RequestHandle> handles;
+  for (int b = 0; b < batch; ++b) {
+    infer::GenerationRequest r;
+    r.prompt_ids = shared_prefix;
+    auto tail = random_ids(1000 + b, prompt_len, static_cast<int>(m->vocab_size()));
+    r.prompt_ids.insert(r.prompt_ids.end(), tail.begin(), tail.end());
+    r.sampling.temperature = 0;
+    r.sampling.max_tokens = gen;
+    r.sampling.ignore_eos = true;
+    handles.push_back(engine.submit(std::move(r), [&, batch](const infer::ChoiceDelta&) {
+      // Engine thread only: plain updates in order.
+      if (t_all_first.load() > 0) {
+        decode_tokens_after.fetch_add(1);
+      } else if (first_tokens.fetch_add(1) + 1 == batch) {
+        t_all_first.store(clock.seconds());
+      }
+    }));
+  }
+  RunStats s;
+  double ttft = 0;
+  for (auto& h : handles) {
+    auto r = h.wait();
+    ASTRAI_CHECK(r.error.empty(), "bench: ", r.error);
+    ttft += r.first_token_seconds;
+  }
+  s.total_seconds = clock.seconds();
+  s.mean_ttft = ttft / batch;
+  const double decode_time = s.total_seconds - t_all_first.load();
+  if (decode_time > 0 && decode_tokens_after.load() > 0) {
+    s.decode_tps = double(decode_tokens_after.load()) / decode_time;
+    s.step_seconds = decode_time / (double(decode_tokens_after.load()) / batch);
+  }
+  const auto st = engine.stats();
+  const double step_total = st.schedule_seconds + st.forward_seconds + st.sample_seconds;
+  s.overhead_share = step_total > 0 ? (st.schedule_seconds + st.sample_seconds) / step_total : 0;
+  s.cache_hits = st.prefix_cache_hit_tokens;
+  return s;
+}
+
+// The paged attention kernel alone on the shapes of one decode step (every layer).
+double attention_seconds_per_step(const model::Transformer& m, int batch, int context) {
+  const auto& c = m.config();
+  const int ps = 16;
+  const int pages_per_seq = (context + ps - 1) / ps;
+  const int64_t kvh = c.num_key_value_heads, qk = c.qk_head_dim(), vd = c.v_dim();
+  std::vector<float> k(size_t(batch) * pages_per_seq * ps * kvh * qk, 0.01f);
+  std::vector<float> v(size_t(batch) * pages_per_seq * ps * kvh * vd, 0.02f);
+  std::vector<float> q(size_t(batch) * c.num_attention_heads * qk, 0.1f);
+  std::vector<float> out(size_t(batch) * c.num_attention_heads * vd);
+  std::vector<int32_t> tables(size_t(batch) * pages_per_seq);
+  for (size_t i = 0; i < tables.size(); ++i) tables[i] = static_cast<int32_t>(i);
+  std::vector<kernels::AttentionSeq> seqs(batch);
+  std::vector<int32_t> token_seq(batch);
+  for (int b = 0; b < batch; ++b) {
+    seqs[b].token_begin = b;
+    seqs[b].num_tokens = 1;
+    seqs[b].context_len = context - 1;
+    seqs[b].page_table = tables.data() + size_t(b) * pages_per_seq;
+    token_seq[b] = b;
+  }
+  kernels::AttentionDims d;
+  d.num_heads = c.num_attention_heads;
+  d.num_kv_heads = kvh;
+  d.qk_dim = qk;
+  d.v_dim = vd;
+  d.scale = 1.0f / std::sqrt(float(qk));
+  kernels::KvSource src{k.data(), v.data(), ps};
+  kernels::AttentionScratch scratch;
+  kernels::attention(q.data(), src, seqs.data(), batch, token_seq.data(), batch, d, out.data(), scratch);
+  const int reps = 5;
+  Timer t;
+  for (int r = 0; r < reps; ++r)
+    for (int64_t l = 0; l < c.num_hidden_layers; ++l)
+      kernels::attention(q.data(), src, seqs.data(), batch, token_seq.data(), batch, d, out.data(), scratch);
+  return t.seconds() / reps;
+}
+
+struct DecodeFlags {
+  BenchModelFlags model;
+  int prompt = 512, gen = 128;
+  std::vector<int> batches = {1, 8, 32};
+  bool json = false;
+};
+
+void run_decode(const DecodeFlags& f) {
+  auto m = bench_model(f.model);
+  const double weight_bytes = static_cast<double>(m->weight_bytes());
+  std::printf("model: %.1fM parameters, %.0f MB of weights; %d threads\n", m->num_parameters() / 1e6,
+              weight_bytes / 1e6, num_threads());
+  const double bw = copy_bandwidth();
+  std::printf("copy-bandwidth probe (parallel memcpy): %.1f GB/s read (+ as much written)\n", bw / 1e9);
+  Json report = {{"params", m->num_parameters()}, {"weight_bytes", weight_bytes}, {"copy_bw", bw}};
+  double tps1 = 0;
+  for (int b : f.batches) {
+    RunStats s = run_batch(m, b, f.prompt, f.gen, false);
+    // One decode step reads every weight once plus each sequence's K/V (context ~prompt + gen/2).
+    const double ctx = f.prompt + f.gen / 2.0;
+    const double kv_bytes = double(b) * ctx * m->kv_bytes_per_token();
+    const double bytes_per_s = (weight_bytes + kv_bytes) / s.step_seconds;
+    const double attn = attention_seconds_per_step(*m, b, static_cast<int>(ctx));
+    if (b == 1) tps1 = s.decode_tps;
+    std::printf(
+        "batch %2d: %8.1f tok/s  step %6.1f ms  %6.1f GB/s streamed (%3.0f%% of copy bw)  attention %4.1f%% of step  "
+        "engine overhead %4.2f%%%s\n",
+        b, s.decode_tps, s.step_seconds * 1e3, bytes_per_s / 1e9, 100 * bytes_per_s / bw,
+        100 * attn / s.step_seconds, 100 * s.overhead_share,
+        (b != 1 && tps1 > 0) ? str_cat("  (", static_cast<int>(s.decode_tps / tps1 * 10) / 10.0, "x batch 1)").c_str()
+                             : "");
+    report["batches"].push_back({{"batch", b},
+                                 {"tokens_per_s", s.decode_tps},
+                                 {"step_ms", s.step_seconds * 1e3},
+                                 {"bytes_per_s", bytes_per_s},
+                                 {"attention_share", attn / s.step_seconds},
+                                 {"overhead_share", s.overhead_share}});
+  }
+  if (f.json) std::printf("%s\n", report.dump().c_str());
+}
+
+struct PrefixFlags {
+  BenchModelFlags model;
+  int requests = 32, prefix = 1000, suffix = 24, gen = 16;
+};
+
+void run_prefix(const PrefixFlags& f) {
+  auto m = bench_model(f.model);
+  std::printf("model: %.1fM parameters; %d threads; %d requests, %d-token shared prefix + %d own, generate %d\n",
+              m->num_parameters() / 1e6, num_threads(), f.requests, f.prefix, f.suffix, f.gen);
+  const auto prefix = random_ids(7, f.prefix, static_cast<int>(m->vocab_size()));
+  for (bool on : {true, false}) {
+    RunStats s = run_batch(m, f.requests, f.suffix, f.gen, on, prefix);
+    std::printf("prefix cache %-3s: mean TTFT %7.2f s  total %7.2f s  cache hit tokens %llu\n", on ? "on" : "off",
+                s.mean_ttft, s.total_seconds, static_cast<unsigned long long>(s.cache_hits));
+  }
+}
+
+void setup_bench(CLI::App& app) {
+  auto* bench = app.add_subcommand("bench", "Benchmarks");
+  bench->require_subcommand(1);
+  auto d = std::make_shared<DecodeFlags>();
+  auto* dec = bench->add_subcommand("decode", "Batched decode throughput of the inference engine");
+  d->model.add(dec);
+  dec->add_option("--prompt", d->prompt, "Prompt tokens per request");
+  dec->add_option("--gen", d->gen, "Generated tokens per request");
+  dec->add_option("--batches", d->batches, "Batch sizes");
+  dec->add_flag("--json", d->json, "Also print a JSON report");
+  dec->callback([d] { run_decode(*d); });
+  auto p = std::make_shared<PrefixFlags>();
+  auto* pre = bench->add_subcommand("prefix", "Shared-prefix workload, prefix cache on vs off");
+  p->model.add(pre);
+  pre->add_option("--requests", p->requests);
+  pre->add_option("--prefix", p->prefix, "Shared prefix tokens");
+  pre->add_option("--suffix", p->suffix, "Own tokens per request");
+  pre->add_option("--gen", p->gen, "Generated tokens per request");
+  pre->callback([p] { run_prefix(*p); });
+  for (auto setup : registered_benches()) setup(*bench);
+}
+
+const bool kRegistered = register_command(&setup_bench);
+
+}  // namespace
+}  // namespace astrai::cli
