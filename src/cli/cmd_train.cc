@@ -1,0 +1,56 @@
+// `astrai train`: pretraining (seq) and supervised fine-tuning (sft) on preprocessed shards.
+#include <cstdio>
+
+#include "cli/command.h"
+#include "train/trainer.h"
+
+namespace astrai::cli {
+namespace {
+
+void setup_train(CLI::App& app) {
+  auto opts = std::make_shared<train::TrainOptions>();
+  CLI::App* cmd = app.add_subcommand("train", "Train a model (seq: pretraining, sft: masked fine-tuning)");
+  // A later occurrence of an option overrides an earlier one (scripts append overrides).
+  cmd->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  cmd->add_option("--train-type", opts->train_type, "seq | sft")->check(CLI::IsMember({"seq", "sft"}));
+  cmd->add_option("--data", opts->data_dir, "preprocessed dataset directory (astrai preprocess)")->required();
+  cmd->add_option("--model", opts->model_dir, "start from this HF checkpoint directory");
+  cmd->add_option("--config", opts->config_path, "or a fresh model from this config.json");
+  cmd->add_option("--tokenizer", opts->tokenizer_dir, "tokenizer directory (vocabulary checked, copied to the output)");
+  cmd->add_option("--output", opts->output_dir, "output directory (metrics, checkpoints, final weights)")->required();
+  cmd->add_option("--batch-size", opts->batch_size, "sequences per micro-batch")->capture_default_str();
+  cmd->add_option("--seq-len", opts->seq_len, "tokens per sequence")->capture_default_str();
+  cmd->add_option("--grad-accum", opts->grad_accum, "micro-batches per update")->capture_default_str();
+  cmd->add_option("--max-lr", opts->max_lr, "peak learning rate")->capture_default_str();
+  cmd->add_option("--min-lr-ratio", opts->min_lr_ratio, "final rate / peak rate")->capture_default_str();
+  cmd->add_option("--warmup-steps", opts->warmup_steps, "linear warmup updates")->capture_default_str();
+  cmd->add_option("--schedule", opts->schedule, "cosine | sgdr | wsd")
+      ->check(CLI::IsMember({"cosine", "sgdr", "wsd"}))
+      ->capture_default_str();
+  cmd->add_option("--epochs", opts->epochs, "passes over the training set")->capture_default_str();
+  cmd->add_option("--max-steps", opts->max_steps, "number of updates (overrides --epochs)");
+  cmd->add_option("--max-grad-norm", opts->max_grad_norm, "global gradient-norm clip (0 = off)")->capture_default_str();
+  cmd->add_option("--weight-decay", opts->weight_decay, "AdamW decoupled weight decay")->capture_default_str();
+  cmd->add_option("--label-smoothing", opts->label_smoothing, "cross-entropy label smoothing")->capture_default_str();
+  cmd->add_option("--ckpt-interval", opts->ckpt_interval, "checkpoint every N updates (0 = at the end)");
+  cmd->add_option("--val-split", opts->val_split, "fraction of samples held out for validation");
+  cmd->add_option("--val-interval", opts->val_interval, "validate every N updates (0 = at the end)");
+  cmd->add_option("--val-batches", opts->val_batches, "micro-batches per validation")->capture_default_str();
+  cmd->add_option("--seed", opts->seed, "seed of init, split and sampling")->capture_default_str();
+  cmd->add_option("--threads", opts->threads, "threads (0 = all cores)");
+  cmd->add_flag("--resume", opts->resume, "continue from the latest checkpoint in --output");
+  cmd->add_flag("--recompute", opts->recompute, "recompute activations in the backward (less memory)");
+  cmd->add_flag("!--no-progress", opts->progress, "no progress bar");
+  cmd->callback([opts]() {
+    const train::TrainResult r = train::run_training(*opts);
+    std::printf("%s after %lld updates: loss %.4f%s%s\n", r.interrupted ? "stopped" : "done",
+                static_cast<long long>(r.steps_done), r.last_loss,
+                r.last_val_loss >= 0 ? (", val_loss " + std::to_string(r.last_val_loss)).c_str() : "",
+                r.last_checkpoint.empty() ? "" : (", checkpoint " + r.last_checkpoint).c_str());
+  });
+}
+
+const bool kRegistered = register_command(&setup_train);
+
+}  // namespace
+}  // namespace astrai::cli

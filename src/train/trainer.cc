@@ -1,0 +1,405 @@
+#include "train/trainer.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <csignal>
+#include <cstring>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <sstream>
+#include <vector>
+
+#include "base/files.h"
+#include "base/log.h"
+#include "base/parallel.h"
+#include "base/timer.h"
+#include "data/sampler.h"
+#include "data/shard.h"
+#include "data/window.h"
+#include "model/config.h"
+#include "tokenizer/tokenizer.h"
+#include "train/live_model.h"
+#include "train/optimizer.h"
+#include "train/safetensors_io.h"
+#include "train/schedule.h"
+#include "train/strategy.h"
+
+namespace astrai::train {
+
+std::atomic<int> g_stop_signal{0};
+
+namespace fs = std::filesystem;
+
+namespace {
+
+void on_signal(int sig) { g_stop_signal.store(sig); }
+
+// Installs the stop handlers for the lifetime of a training run.
+class SignalGuard {
+ public:
+  SignalGuard() {
+    g_stop_signal.store(0);
+    struct sigaction sa {};
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, &old_int_);
+    sigaction(SIGTERM, &sa, &old_term_);
+  }
+  ~SignalGuard() {
+    sigaction(SIGINT, &old_int_, nullptr);
+    sigaction(SIGTERM, &old_term_, nullptr);
+  }
+
+ private:
+  struct sigaction old_int_ {}, old_term_ {};
+};
+
+std::string step_dir_name(int64_t step) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "step-%08lld", static_cast<long long>(step));
+  return buf;
+}
+
+// The checkpoint with the highest step under OUTPUT/checkpoints (empty when none).
+std::string latest_checkpoint(const std::string& output) {
+  const fs::path root = fs::path(output) / "checkpoints";
+  std::error_code ec;
+  if (!fs::is_directory(root, ec)) return {};
+  std::string best;
+  for (const auto& e : fs::directory_iterator(root, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("step-", 0) != 0 || !fs::exists(e.path() / "trainer_state.json")) continue;
+    if (name > best) best = name;
+  }
+  return best.empty() ? std::string() : (root / best).string();
+}
+
+void copy_tokenizer_files(const std::string& tokenizer_dir, const fs::path& dst) {
+  if (tokenizer_dir.empty()) return;
+  std::error_code ec;
+  const fs::path src = fs::is_directory(tokenizer_dir) ? fs::path(tokenizer_dir) : fs::path(tokenizer_dir).parent_path();
+  for (const char* f : {"tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "special_tokens_map.json"}) {
+    if (fs::exists(src / f)) fs::copy_file(src / f, dst / f, fs::copy_options::overwrite_existing, ec);
+    ASTRAI_CHECK(!ec, "cannot copy ", (src / f).string(), " to ", dst.string(), ": ", ec.message());
+  }
+}
+
+std::string format_duration(double s) {
+  if (!std::isfinite(s) || s < 0) return "?";
+  const long t = std::lround(s);
+  char buf[32];
+  if (t >= 3600) std::snprintf(buf, sizeof buf, "%ldh%02ldm", t / 3600, (t / 60) % 60);
+  else std::snprintf(buf, sizeof buf, "%ldm%02lds", t / 60, t % 60);
+  return buf;
+}
+
+Json options_fingerprint(const TrainOptions& o) {
+  // What must not change across a resume for it to continue the same run.
+  return Json{{"train_type", o.train_type}, {"batch_size", o.batch_size}, {"seq_len", o.seq_len},
+              {"grad_accum", o.grad_accum}, {"seed", o.seed}, {"val_split", o.val_split}};
+}
+
+class Run {
+ public:
+  explicit Run(const TrainOptions& o) : o_(o) {}
+  TrainResult go();
+
+ private:
+  void setup_model();
+  void setup_data();
+  void build_batch(const std::vector<int64_t>& samples, TrainBatch* b);
+  double validate();
+  void save_checkpoint(int64_t step);
+  void load_checkpoint(const std::string& dir);
+  void write_metrics_line(const Json& j);
+
+  const TrainOptions& o_;
+  model::ModelConfig config_;
+  std::unique_ptr<TrainModel> model_;
+  std::unique_ptr<AdamW> adam_;
+  std::unique_ptr<Strategy> strategy_;
+  LocalCommunicator comm_;
+  std::optional<data::WindowDataset> data_;
+  std::unique_ptr<data::Sampler> sampler_;
+  std::vector<int64_t> val_pool_;
+  ScheduleConfig sched_;
+  int64_t step_ = 0;
+  int64_t total_steps_ = 0;
+  std::string last_ckpt_;
+  data::Sample sample_;
+};
+
+void Run::setup_model() {
+  ASTRAI_CHECK(o_.model_dir.empty() != o_.config_path.empty(), "give exactly one of --model DIR or --config FILE");
+  if (!o_.model_dir.empty()) config_ = model::ModelConfig::load(o_.model_dir);
+  else config_ = model::ModelConfig::from_json(read_json_file(o_.config_path), o_.config_path);
+  const Arch arch = arch_from_model_config(config_);
+  model_ = std::make_unique<TrainModel>(arch, o_.recompute);
+  if (!o_.model_dir.empty()) {
+    auto contents = model::read_checkpoint_tensors(o_.model_dir);
+    model_->load_weights(contents.tensors, o_.model_dir);
+  } else {
+    model_->init_weights(o_.seed, static_cast<float>(o_.init_std));
+  }
+  if (!o_.tokenizer_dir.empty()) {
+    const auto tok = tokenizer::Tokenizer::load(o_.tokenizer_dir);
+    ASTRAI_CHECK(static_cast<int64_t>(tok.vocab_size()) <= arch.vocab_size, "the tokenizer at ", o_.tokenizer_dir,
+                 " has ", tok.vocab_size(), " tokens but the model's vocab_size is ", arch.vocab_size,
+                 ": tokenizer and model do not match");
+  }
+  AdamWConfig ac;
+  ac.beta1 = static_cast<float>(o_.beta1);
+  ac.beta2 = static_cast<float>(o_.beta2);
+  ac.eps = static_cast<float>(o_.adam_eps);
+  ac.weight_decay = static_cast<float>(o_.weight_decay);
+  adam_ = std::make_unique<AdamW>(model_->layout(), ac);
+  strategy_ = make_strategy(o_.train_type, static_cast<float>(o_.label_smoothing));
+}
+
+void Run::setup_data() {
+  auto shards = data::Shards::open(o_.data_dir);
+  shards.check_vocab(model_->arch().vocab_size);
+  const data::WindowOptions windows = data::row_windows(shards, o_.seq_len);
+  data_.emplace(std::move(shards), windows);
+  ASTRAI_CHECK(data_->window_size() == o_.seq_len, o_.data_dir, ": windows of ", data_->window_size(),
+               " tokens, expected --seq-len ", o_.seq_len);
+  std::vector<int64_t> train_pool;
+  if (o_.val_split > 0) {
+    auto split = data::split_train_val(data_->size(), o_.val_split, o_.seed);
+    train_pool = std::move(split.train);
+    val_pool_ = std::move(split.val);
+  } else {
+    train_pool.resize(static_cast<size_t>(data_->size()));
+    for (int64_t i = 0; i < data_->size(); ++i) train_pool[i] = i;
+  }
+  data::SamplerOptions so;
+  so.seed = o_.seed;
+  so.rank = comm_.rank();
+  so.world_size = comm_.size();
+  sampler_ = std::make_unique<data::Sampler>(std::move(train_pool), so);
+  const int64_t per_step = o_.batch_size * o_.grad_accum;
+  const int64_t steps_per_epoch = std::max<int64_t>(1, sampler_->per_rank() / per_step);
+  total_steps_ = o_.max_steps > 0 ? o_.max_steps : o_.epochs * steps_per_epoch;
+  ASTRAI_CHECK(total_steps_ > 0, "nothing to train: --epochs and --max-steps give 0 steps");
+}
+
+void Run::build_batch(const std::vector<int64_t>& samples, TrainBatch* b) {
+  *b = TrainBatch{};
+  std::vector<int32_t> tgt;
+  for (int64_t idx : samples) {
+    data_->get(idx, &sample_);
+    const auto& s = sample_;
+    tgt.resize(s.targets.size());
+    for (size_t j = 0; j < s.targets.size(); ++j) tgt[j] = s.loss_mask[j] ? s.targets[j] : kIgnore;
+    int32_t off = 0;
+    for (int32_t len : data::segment_lengths(s.position_ids)) {
+      b->add_rows(s.input_ids.data() + off, tgt.data() + off, s.position_ids.data() + off, len);
+      off += len;
+    }
+  }
+}
+
+double Run::validate() {
+  if (val_pool_.empty()) return -1.0;
+  double loss_sum = 0.0;
+  double count = 0.0;
+  TrainBatch b;
+  const int64_t n = std::min<int64_t>(static_cast<int64_t>(val_pool_.size()), o_.val_batches * o_.batch_size);
+  for (int64_t i = 0; i < n; i += o_.batch_size) {
+    std::vector<int64_t> idx(val_pool_.begin() + i, val_pool_.begin() + std::min(n, i + o_.batch_size));
+    build_batch(idx, &b);
+    const MicroStats s = strategy_->evaluate(*model_, b);
+    loss_sum += s.loss_sum;
+    count += static_cast<double>(s.num_targets);
+  }
+  double agg[2] = {loss_sum, count};
+  comm_.all_reduce_sum(agg, 2);
+  return agg[1] > 0 ? agg[0] / agg[1] : -1.0;
+}
+
+void Run::save_checkpoint(int64_t step) {
+  const fs::path root = fs::path(o_.output_dir) / "checkpoints";
+  fs::create_directories(root);
+  const fs::path final_dir = root / step_dir_name(step);
+  const fs::path tmp = root / (".tmp-" + step_dir_name(step) + "-" + std::to_string(::getpid()));
+  std::error_code ec;
+  fs::remove_all(tmp, ec);
+  fs::create_directories(tmp);
+  save_hf_weights(tmp.string(), *model_, config_);
+  write_safetensors_f32((tmp / "optimizer.safetensors").string(),
+                        {{"adamw.m", {static_cast<int64_t>(adam_->m().size())}, adam_->m().data()},
+                         {"adamw.v", {static_cast<int64_t>(adam_->v().size())}, adam_->v().data()}});
+  Json state;
+  state["step"] = step;
+  state["adamw_step"] = adam_->step_count();
+  state["sampler"] = sampler_->to_json();
+  state["options"] = options_fingerprint(o_);
+  state["total_steps"] = total_steps_;
+  copy_tokenizer_files(o_.tokenizer_dir, tmp);
+  // trainer_state.json last: a directory without it is never taken for a checkpoint.
+  write_file_atomic((tmp / "trainer_state.json").string(), state.dump(2));
+  if (fs::exists(final_dir)) fs::remove_all(final_dir);
+  fs::rename(tmp, final_dir);
+  last_ckpt_ = final_dir.string();
+}
+
+void Run::load_checkpoint(const std::string& dir) {
+  const Json state = read_json_file(dir + "/trainer_state.json");
+  const Json fp = options_fingerprint(o_);
+  const Json& saved = state.at("options");
+  for (auto it = fp.begin(); it != fp.end(); ++it)
+    ASTRAI_CHECK(saved.contains(it.key()) && saved[it.key()] == it.value(), "cannot resume from ", dir, ": --",
+                 it.key(), " was ", saved.value(it.key(), Json()).dump(), ", now ", it.value().dump());
+  auto weights = model::read_checkpoint_tensors(dir);
+  model_->load_weights(weights.tensors, dir);
+  auto opt = read_safetensors(dir + "/optimizer.safetensors");
+  for (auto [name, buf] : {std::pair{"adamw.m", &adam_->m()}, std::pair{"adamw.v", &adam_->v()}}) {
+    auto it = opt.find(name);
+    ASTRAI_CHECK(it != opt.end() && it->second.dtype() == DType::kF32 &&
+                     static_cast<size_t>(it->second.numel()) == buf->size(),
+                 dir, "/optimizer.safetensors: missing or mis-sized ", name);
+    std::memcpy(buf->data(), it->second.raw(), buf->size() * sizeof(float));
+  }
+  adam_->set_step_count(state.at("adamw_step").get<int64_t>());
+  sampler_->load_json(state.at("sampler"));
+  step_ = state.at("step").get<int64_t>();
+  last_ckpt_ = dir;
+}
+
+void Run::write_metrics_line(const Json& j) {
+  std::ofstream out(fs::path(o_.output_dir) / "metrics.jsonl", std::ios::app);
+  out << j.dump() << '\n';
+}
+
+TrainResult Run::go() {
+  ASTRAI_CHECK(!o_.data_dir.empty() && !o_.output_dir.empty(), "--data and --output are required");
+  ASTRAI_CHECK(o_.batch_size > 0 && o_.seq_len > 0 && o_.grad_accum > 0, "--batch-size, --seq-len and --grad-accum must be positive");
+  ASTRAI_CHECK(o_.label_smoothing >= 0 && o_.label_smoothing < 1, "--label-smoothing must be in [0, 1)");
+  if (o_.threads > 0) set_num_threads(o_.threads);
+  setup_model();
+  setup_data();
+  sched_.kind = o_.schedule;
+  sched_.max_lr = o_.max_lr;
+  sched_.min_lr_ratio = o_.min_lr_ratio;
+  sched_.warmup_steps = o_.warmup_steps;
+  sched_.total_steps = total_steps_;
+  validate_schedule(sched_);
+  fs::create_directories(o_.output_dir);
+  const fs::path metrics = fs::path(o_.output_dir) / "metrics.jsonl";
+  if (o_.resume) {
+    const std::string ckpt = latest_checkpoint(o_.output_dir);
+    ASTRAI_CHECK(!ckpt.empty(), "--resume: no checkpoint under ", o_.output_dir, "/checkpoints");
+    load_checkpoint(ckpt);
+    log_info("resumed from ", ckpt, " at step ", step_);
+    // Keep the metrics of the updates the checkpoint contains; later lines belong to a
+    // run that was lost and will be recomputed.
+    std::string kept;
+    if (fs::exists(metrics)) {
+      std::ifstream in(metrics);
+      std::string line;
+      while (std::getline(in, line)) {
+        if (line.empty()) continue;
+        const Json j = Json::parse(line, nullptr, false);
+        if (!j.is_discarded() && j.value("step", int64_t{0}) <= step_) kept += line + "\n";
+      }
+    }
+    write_file_atomic(metrics.string(), kept);
+  } else {
+    ASTRAI_CHECK(latest_checkpoint(o_.output_dir).empty(), o_.output_dir,
+                 " already holds checkpoints: pass --resume to continue, or choose another --output");
+    write_file_atomic(metrics.string(), "");
+  }
+  log_info("training ", model_->num_params(), " parameters (", config_.summary(), ") for ", total_steps_,
+           " updates of ", o_.batch_size * o_.grad_accum, " x ", o_.seq_len, " tokens");
+
+  SignalGuard signals;
+  TrainResult result;
+  const bool tty = ::isatty(2) != 0;
+  Timer run_timer;
+  const int64_t first_step = step_;
+  TrainBatch batch;
+  while (step_ < total_steps_) {
+    Timer step_timer;
+    model_->zero_grads();
+    double loss = 0.0;
+    int64_t tokens = 0;
+    for (int64_t m = 0; m < o_.grad_accum; ++m) {
+      build_batch(sampler_->next_batch(o_.batch_size), &batch);
+      const MicroStats s = strategy_->run(*model_, batch, 1.0f / static_cast<float>(o_.grad_accum));
+      loss += s.loss() / static_cast<double>(o_.grad_accum);
+      tokens += batch.num_tokens();
+    }
+    comm_.all_reduce_sum(model_->grads().data(), model_->grads().size());
+    double loss_buf = loss / comm_.size();
+    comm_.all_reduce_sum(&loss_buf, 1);
+    loss = loss_buf;
+    const double norm = clip_grad_norm(model_->grads().data(), model_->grads().size(), o_.max_grad_norm);
+    if (!std::isfinite(loss) || !std::isfinite(norm)) {
+      fail("loss became ", loss, " (gradient norm ", norm, ") at update ", step_ + 1,
+           "; training stopped without applying it. The last good checkpoint is ",
+           last_ckpt_.empty() ? std::string("(none yet)") : last_ckpt_,
+           ". Try a lower --max-lr, more --warmup-steps or --max-grad-norm.");
+    }
+    const double lr = learning_rate(sched_, step_);
+    adam_->step(model_->params().data(), model_->grads().data(), static_cast<float>(lr));
+    ++step_;
+    const double dt = step_timer.seconds();
+    Json rec{{"step", step_}, {"loss", loss}, {"lr", lr}, {"grad_norm", norm},
+             {"tokens_per_s", dt > 0 ? static_cast<double>(tokens) * comm_.size() / dt : 0.0}};
+    double val = -1.0;
+    const bool last = step_ == total_steps_;
+    if (!val_pool_.empty() && ((o_.val_interval > 0 && step_ % o_.val_interval == 0) || last)) {
+      val = validate();
+      rec["val_loss"] = val;
+      result.last_val_loss = val;
+    }
+    write_metrics_line(rec);
+    result.last_loss = loss;
+    if (o_.progress) {
+      const double elapsed = run_timer.seconds();
+      const double per_step = elapsed / static_cast<double>(step_ - first_step);
+      const int width = 24;
+      const int filled = static_cast<int>(width * step_ / total_steps_);
+      std::string bar(static_cast<size_t>(filled), '=');
+      bar.resize(width, ' ');
+      char line[256];
+      std::snprintf(line, sizeof line, "step %lld/%lld [%s] loss %.4f lr %.2e %.0f tok/s ETA %s%s",
+                    static_cast<long long>(step_), static_cast<long long>(total_steps_), bar.c_str(), loss, lr,
+                    rec["tokens_per_s"].get<double>(), format_duration(per_step * (total_steps_ - step_)).c_str(),
+                    val >= 0 ? (" val " + std::to_string(val).substr(0, 6)).c_str() : "");
+      if (tty) std::fprintf(stderr, "\r%s\033[K%s", line, last ? "\n" : "");
+      else if (last || val >= 0 || step_ % 10 == 0 || step_ == first_step + 1) std::fprintf(stderr, "%s\n", line);
+    }
+    const bool stop = g_stop_signal.load() != 0;
+    if (last || stop || (o_.ckpt_interval > 0 && step_ % o_.ckpt_interval == 0)) save_checkpoint(step_);
+    if (stop) {
+      if (tty && o_.progress) std::fprintf(stderr, "\n");
+      log_warn("stopped by signal ", g_stop_signal.load(), " after update ", step_, "; checkpoint ", last_ckpt_,
+               " (continue with --resume)");
+      result.interrupted = true;
+      break;
+    }
+  }
+  if (!result.interrupted) {
+    if (step_ == first_step && !last_ckpt_.empty()) log_info("nothing to do: ", last_ckpt_, " is at step ", step_);
+    save_hf_weights(o_.output_dir, *model_, config_);
+    copy_tokenizer_files(o_.tokenizer_dir, o_.output_dir);
+  }
+  result.steps_done = step_;
+  result.last_checkpoint = last_ckpt_;
+  return result;
+}
+
+}  // namespace
+
+TrainResult run_training(const TrainOptions& options) {
+  Run run(options);
+  return run.go();
+}
+
+}  // namespace astrai::train

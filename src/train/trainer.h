@@ -1,0 +1,73 @@
+// The training loop behind `astrai train`: data → micro-batches → strategy (loss + backward)
+// → all-reduce → clip → AdamW → schedule, with metrics, validation, checkpoints and exact
+// resume.
+//
+// Step accounting: update N (1-based) uses learning_rate(schedule, N - 1); the checkpoint
+// named step-N holds the weights after update N plus everything needed to run update N + 1
+// exactly as an uninterrupted run would (AdamW moments and step count, sampler position).
+//
+// Output directory:
+//   metrics.jsonl                    one record per update: step, loss, lr, grad_norm,
+//                                    tokens_per_s (+ val_loss when validated)
+//   checkpoints/step-00000042/       config.json, model.safetensors (HF layout, f32),
+//                                    optimizer.safetensors (AdamW m, v), trainer_state.json,
+//                                    tokenizer files; written under a temporary name, renamed
+//   config.json, model.safetensors   the final weights (+ tokenizer files): `--model OUTPUT`
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+
+#include "base/json.h"
+
+namespace astrai::train {
+
+struct TrainOptions {
+  std::string train_type = "seq";
+  std::string data_dir;
+  std::string model_dir;    // start from these weights, or
+  std::string config_path;  // a fresh model from this config.json
+  std::string tokenizer_dir;
+  std::string output_dir;
+  int64_t batch_size = 8;
+  int64_t seq_len = 256;
+  int64_t grad_accum = 1;
+  double max_lr = 3e-4;
+  double min_lr_ratio = 0.1;
+  int64_t warmup_steps = 100;
+  std::string schedule = "cosine";
+  int64_t epochs = 1;
+  int64_t max_steps = 0;  // > 0 overrides epochs
+  double max_grad_norm = 1.0;
+  double weight_decay = 0.1;
+  double beta1 = 0.9, beta2 = 0.95, adam_eps = 1e-8;
+  double label_smoothing = 0.0;
+  int64_t ckpt_interval = 0;  // 0: only at the end (and on signals)
+  double val_split = 0.0;
+  int64_t val_interval = 0;   // 0: only at the end (when val_split > 0)
+  int64_t val_batches = 16;   // micro-batches per validation
+  uint64_t seed = 42;
+  int threads = 0;
+  bool resume = false;
+  bool recompute = false;
+  bool progress = true;
+  double init_std = 0.02;
+};
+
+struct TrainResult {
+  int64_t steps_done = 0;
+  double last_loss = 0.0;
+  double last_val_loss = -1.0;  // < 0 when never validated
+  bool interrupted = false;     // stopped by SIGINT/SIGTERM (checkpoint saved)
+  std::string last_checkpoint;
+};
+
+// Runs training; throws astrai::Error for bad inputs (before training starts) and for a
+// non-finite loss (training stops; the last good checkpoint is left intact).
+TrainResult run_training(const TrainOptions& options);
+
+// Set by the SIGINT/SIGTERM handler run_training installs; checked between updates.
+extern std::atomic<int> g_stop_signal;
+
+}  // namespace astrai::train

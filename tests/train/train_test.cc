@@ -1,0 +1,295 @@
+// Unit tests of the training layer: per-op backward kernels against central finite
+// differences (in double, through the f32 kernels), schedules, AdamW and clipping, the
+// inference view over live trainer weights, and HF save/load round trips.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <functional>
+#include <random>
+#include <vector>
+
+#include "kernels/cpu/attention_backward.h"
+#include "kernels/cpu/cross_entropy_backward.h"
+#include "kernels/cpu/linear_backward.h"
+#include "kernels/cpu/rmsnorm_backward.h"
+#include "kernels/cpu/rope_backward.h"
+#include "kernels/cpu/swiglu_backward.h"
+#include "model/transformer.h"
+#include "train/live_model.h"
+#include "train/model.h"
+#include "train/optimizer.h"
+#include "train/schedule.h"
+#include "train/strategy.h"
+
+namespace astrai::train {
+namespace {
+
+std::vector<float> randn(size_t n, uint64_t seed, float scale = 1.0f) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+// Checks analytic d(Σ w∘f(x))/dx against central differences of the f32 forward.
+void expect_grad(std::vector<float>& x, const std::vector<float>& analytic,
+                 const std::function<double()>& loss, double tol = 2e-2) {
+  const float h = 1e-2f;
+  double max_ref = 0.0, max_err = 0.0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    const float keep = x[i];
+    x[i] = keep + h;
+    const double lp = loss();
+    x[i] = keep - h;
+    const double lm = loss();
+    x[i] = keep;
+    const double num = (lp - lm) / (2.0 * h);
+    max_ref = std::max(max_ref, std::abs(num));
+    max_err = std::max(max_err, std::abs(num - analytic[i]));
+  }
+  EXPECT_LE(max_err, tol * std::max(max_ref, 1e-3)) << "max |num - analytic| " << max_err << " of " << max_ref;
+}
+
+double weighted_sum(const std::vector<float>& y, const std::vector<float>& w) {
+  double s = 0.0;
+  for (size_t i = 0; i < y.size(); ++i) s += static_cast<double>(y[i]) * w[i];
+  return s;
+}
+
+TEST(TrainKernels, RmsNormBackward) {
+  const int64_t rows = 3, dim = 8;
+  auto x = randn(rows * dim, 1), w = randn(dim, 2), dy = randn(rows * dim, 3);
+  std::vector<float> y(rows * dim), rstd(rows), dx(rows * dim), dw(dim, 0.0f);
+  auto loss = [&] {
+    kernels::rmsnorm_forward_train(x.data(), w.data(), rows, dim, 1e-6f, y.data(), rstd.data());
+    return weighted_sum(y, dy);
+  };
+  loss();
+  kernels::rmsnorm_backward(dy.data(), x.data(), w.data(), rstd.data(), rows, dim, dx.data(), false, dw.data());
+  expect_grad(x, dx, loss);
+  expect_grad(w, dw, loss);
+}
+
+TEST(TrainKernels, LinearBackward) {
+  const int64_t m = 4, n = 5, k = 6;
+  auto x = randn(m * k, 4), w = randn(n * k, 5), b = randn(n, 6), dy = randn(m * n, 7);
+  std::vector<float> y(m * n), dx(m * k), dw(n * k, 0.0f), db(n, 0.0f);
+  auto loss = [&] {
+    kernels::linear_f32(x.data(), m, w.data(), n, k, b.data(), y.data());
+    return weighted_sum(y, dy);
+  };
+  kernels::linear_backward_f32(dy.data(), x.data(), m, w.data(), n, k, dx.data(), false, dw.data(), db.data());
+  expect_grad(x, dx, loss);
+  expect_grad(w, dw, loss);
+  expect_grad(b, db, loss);
+}
+
+TEST(TrainKernels, SwigluBackward) {
+  const int64_t n = 16;
+  auto a = randn(n, 8, 2.0f), b = randn(n, 9), dh = randn(n, 10);
+  std::vector<float> h(n), da(n), db(n);
+  auto loss = [&] {
+    kernels::swiglu_forward_train(a.data(), b.data(), n, h.data());
+    return weighted_sum(h, dh);
+  };
+  kernels::swiglu_backward(dh.data(), a.data(), b.data(), n, da.data(), db.data());
+  expect_grad(a, da, loss);
+  expect_grad(b, db, loss);
+}
+
+TEST(TrainKernels, RopeBackwardIsTranspose) {
+  for (auto pairing : {kernels::RopePairing::kHalf, kernels::RopePairing::kInterleaved}) {
+    const int64_t T = 5, H = 2, hd = 8;
+    float scale = 1.0f;
+    kernels::RopeScaling rs;
+    rs.type = "llama3";
+    rs.factor = 8;
+    rs.original_max_position = 4;
+    auto inv = kernels::rope_inv_freq(hd, 10000.0, rs, &scale);
+    kernels::RopeTable table;
+    table.build(inv, scale, 10);
+    std::vector<int32_t> pos = {0, 3, 1, 7, 10};
+    auto x = randn(T * H * hd, 11), dy = randn(T * H * hd, 12);
+    std::vector<float> y, dx = dy;
+    auto loss = [&] {
+      y = x;
+      kernels::rope_apply(y.data(), pos.data(), T, H, hd, hd, pairing, table, false);
+      return weighted_sum(y, dy);
+    };
+    kernels::rope_apply(dx.data(), pos.data(), T, H, hd, hd, pairing, table, true);
+    expect_grad(x, dx, loss);
+  }
+}
+
+TEST(TrainKernels, AttentionBackwardPerDocument) {
+  const kernels::AttnShape s{4, 2, 6, 5, 0.4f};
+  const std::vector<kernels::AttnSpan> spans = {{0, 3}, {3, 1}, {4, 4}};
+  const int64_t T = 8;
+  auto q = randn(T * 4 * 6, 13), k = randn(T * 2 * 6, 14), v = randn(T * 2 * 5, 15), dout = randn(T * 4 * 5, 16);
+  std::vector<float> out(T * 4 * 5), lse(T * 4), dq(q.size()), dk(k.size()), dv(v.size());
+  auto loss = [&] {
+    kernels::attention_forward_train(q.data(), k.data(), v.data(), spans, s, out.data(), lse.data());
+    return weighted_sum(out, dout);
+  };
+  loss();
+  kernels::attention_backward(dout.data(), q.data(), k.data(), v.data(), out.data(), lse.data(), spans, s,
+                              dq.data(), dk.data(), dv.data());
+  expect_grad(q, dq, loss);
+  expect_grad(k, dk, loss);
+  expect_grad(v, dv, loss);
+  // Documents are independent: the second document (one token) attends only to itself.
+  for (int h = 0; h < 4; ++h)
+    for (int d = 0; d < 5; ++d) EXPECT_FLOAT_EQ(out[(3 * 4 + h) * 5 + d], v[(3 * 2 + h / 2) * 5 + d]);
+}
+
+TEST(TrainKernels, CrossEntropyWithLabelSmoothing) {
+  const int64_t rows = 3, V = 7;
+  auto z = randn(rows * V, 17, 2.0f);
+  std::vector<int32_t> t = {2, kIgnore, 6};
+  std::vector<float> row(rows), dz(rows * V);
+  auto loss = [&] {
+    return kernels::cross_entropy_forward_backward(z.data(), t.data(), rows, V, 0.1f, 0.0f, row.data(), nullptr);
+  };
+  kernels::cross_entropy_forward_backward(z.data(), t.data(), rows, V, 0.1f, 1.0f, row.data(), dz.data());
+  EXPECT_EQ(row[1], 0.0f);
+  expect_grad(z, dz, loss);
+  std::vector<float> lp(rows), dlp = {1.0f, 0.0f, -2.0f}, dzl(rows * V);
+  auto lp_loss = [&] {
+    kernels::token_logprobs(z.data(), t.data(), rows, V, lp.data());
+    return weighted_sum(lp, dlp);
+  };
+  kernels::token_logprobs_backward(z.data(), t.data(), dlp.data(), rows, V, dzl.data());
+  expect_grad(z, dzl, lp_loss);
+}
+
+TEST(TrainSchedule, CosineWarmupSgdrWsd) {
+  ScheduleConfig c;
+  c.max_lr = 1.0;
+  c.min_lr_ratio = 0.1;
+  c.warmup_steps = 10;
+  c.total_steps = 110;
+  EXPECT_DOUBLE_EQ(learning_rate(c, 0), 0.1);
+  EXPECT_DOUBLE_EQ(learning_rate(c, 9), 1.0);
+  EXPECT_DOUBLE_EQ(learning_rate(c, 10), 1.0);
+  EXPECT_NEAR(learning_rate(c, 60), 0.55, 1e-12);
+  EXPECT_NEAR(learning_rate(c, 110), 0.1, 1e-12);
+  c.kind = "sgdr";
+  c.cycle_steps = 20;
+  EXPECT_DOUBLE_EQ(learning_rate(c, 10), 1.0);
+  EXPECT_NEAR(learning_rate(c, 20), 0.55, 1e-12);
+  EXPECT_DOUBLE_EQ(learning_rate(c, 30), 1.0);  // restart; the next cycle is 40 long
+  EXPECT_NEAR(learning_rate(c, 50), 0.55, 1e-12);
+  c.kind = "wsd";
+  c.decay_ratio = 0.2;
+  EXPECT_DOUBLE_EQ(learning_rate(c, 50), 1.0);
+  EXPECT_DOUBLE_EQ(learning_rate(c, 89), 1.0);
+  EXPECT_NEAR(learning_rate(c, 99), 0.55, 1e-12);
+  EXPECT_NEAR(learning_rate(c, 109), 0.1, 1e-12);
+  c.kind = "bogus";
+  EXPECT_THROW(validate_schedule(c), Error);
+}
+
+TEST(TrainOptimizer, ClipUsesGlobalNorm) {
+  std::vector<float> g = {3.0f, 0.0f, 4.0f};
+  EXPECT_DOUBLE_EQ(clip_grad_norm(g.data(), 3, 1.0), 5.0);
+  EXPECT_NEAR(g[0], 3.0 / (5.0 + 1e-6), 1e-7);
+  EXPECT_NEAR(g[2], 4.0 / (5.0 + 1e-6), 1e-7);
+  std::vector<float> h = {0.3f, 0.4f};
+  clip_grad_norm(h.data(), 2, 1.0);
+  EXPECT_FLOAT_EQ(h[0], 0.3f);  // below the threshold: untouched
+}
+
+Json tiny_config() {
+  return Json{{"model_type", "qwen2"}, {"vocab_size", 50}, {"hidden_size", 32}, {"num_hidden_layers", 2},
+              {"num_attention_heads", 4}, {"num_key_value_heads", 2}, {"intermediate_size", 48},
+              {"rms_norm_eps", 1e-6}, {"rope_theta", 10000.0}, {"tie_word_embeddings", false},
+              {"max_position_embeddings", 64}};
+}
+
+TEST(TrainOptimizer, AdamWDecaysOnlyMatrices) {
+  const Arch arch = arch_from_hf_config(tiny_config(), "tiny");
+  TrainModel m(arch);
+  m.init_weights(1);
+  AdamWConfig c;
+  c.weight_decay = 0.5f;
+  AdamW adam(m.layout(), c);
+  std::vector<float> before(m.params().data(), m.params().data() + m.params().size());
+  m.zero_grads();
+  adam.step(m.params().data(), m.grads().data(), 0.1f);  // zero gradients: only decay acts
+  for (const auto& s : m.layout().specs()) {
+    const float* p = m.params().data() + s.offset;
+    const float expect = s.is_matrix ? 0.95f : 1.0f;
+    for (size_t i = 0; i < s.numel; ++i) ASSERT_FLOAT_EQ(p[i], before[s.offset + i] * expect) << s.name;
+  }
+}
+
+TEST(TrainLiveWeights, TransformerViewMatchesTrainerForward) {
+  const auto config = model::ModelConfig::from_json(tiny_config(), "tiny");
+  TrainModel m(arch_from_model_config(config));
+  m.init_weights(3, 0.2f);
+  model::Transformer view(config, live_weights(m, config));
+  TrainBatch tb;
+  tb.add_document({1, 5, 9, 13, 2});
+  tb.add_document({7, 3, 4});
+  auto check_same = [&] {
+    const float* ours = m.forward(tb);
+    model::Batch b;
+    b.add_sequence({1, 5, 9, 13});
+    b.add_sequence({7, 3});
+    model::ForwardWorkspace ws;
+    std::vector<float> logits(static_cast<size_t>(b.num_tokens()) * 50);
+    view.forward(b, nullptr, ws, logits.data());
+    for (size_t i = 0; i < logits.size(); ++i) ASSERT_NEAR(logits[i], ours[i], 2e-4f) << i;
+  };
+  check_same();
+  // An optimizer step on the trainer's buffer is seen by the inference view.
+  CrossEntropyStrategy ce("seq", 0.0f);
+  m.zero_grads();
+  ce.run(m, tb, 1.0f);
+  AdamW adam(m.layout(), AdamWConfig{});
+  adam.step(m.params().data(), m.grads().data(), 1e-2f);
+  check_same();
+}
+
+TEST(TrainLiveWeights, SavedWeightsLoadInModelLayer) {
+  const auto config = model::ModelConfig::from_json(tiny_config(), "tiny");
+  TrainModel m(arch_from_model_config(config));
+  m.init_weights(4);
+  const auto dir = std::filesystem::temp_directory_path() / ("astrai_train_save_" + std::to_string(::getpid()));
+  save_hf_weights(dir.string(), m, config);
+  auto ckpt = model::load_checkpoint(dir.string());
+  TrainModel back(arch_from_model_config(ckpt.config));
+  back.load_weights(model::read_checkpoint_tensors(dir.string()).tensors, dir.string());
+  for (size_t i = 0; i < m.params().size(); ++i) ASSERT_EQ(m.params().data()[i], back.params().data()[i]);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(TrainModelTest, RecomputeGivesIdenticalGradients) {
+  const Arch arch = arch_from_hf_config(tiny_config(), "tiny");
+  TrainModel a(arch, false), b(arch, true);
+  a.init_weights(5);
+  b.copy_parameters_from(a);
+  TrainBatch tb;
+  tb.add_document({1, 2, 3, 4, 5, 6});
+  tb.add_document({9, 8, 7});
+  CrossEntropyStrategy ce("seq", 0.1f);
+  a.zero_grads();
+  b.zero_grads();
+  const double la = ce.run(a, tb, 1.0f).loss(), lb = ce.run(b, tb, 1.0f).loss();
+  EXPECT_EQ(la, lb);
+  for (size_t i = 0; i < a.grads().size(); ++i) ASSERT_EQ(a.grads().data()[i], b.grads().data()[i]);
+}
+
+TEST(TrainConfig, RejectsWhatTheBackwardLacks) {
+  Json c = tiny_config();
+  c["model_type"] = "gpt2";
+  EXPECT_THROW(arch_from_hf_config(c, "x"), Error);
+  c = tiny_config();
+  c["num_key_value_heads"] = 3;
+  EXPECT_THROW(arch_from_hf_config(c, "x"), Error);
+}
+
+}  // namespace
+}  // namespace astrai::train
