@@ -209,15 +209,19 @@ TEST(Engine, CancelMidPrefillReturnsPages) {
 TEST(Engine, CancelMidDecodeFromCallback) {
   auto rig = make_engine(small(4));
   std::mt19937 rng(7);
-  RequestHandle* self = nullptr;
+  // The callback may run before submit() returns; it waits for the handle to be published.
+  std::atomic<const RequestHandle*> self{nullptr};
   Engine* engine = rig.engine.get();
   std::atomic<int> n{0};
   std::vector<ChoiceDelta> deltas;
   auto h = engine->submit(greedy(random_prompt(rng, 30), 1000), [&](const ChoiceDelta& d) {
     deltas.push_back(d);
-    if (++n == 5) engine->cancel(*self);
+    if (++n == 5) {
+      while (!self.load()) std::this_thread::yield();
+      engine->cancel(*self.load());
+    }
   });
-  self = &h;
+  self.store(&h);
   auto r = h.wait();
   EXPECT_EQ(r.choices[0].finish, FinishReason::kCancelled);
   EXPECT_GE(r.choices[0].token_ids.size(), 5u);
