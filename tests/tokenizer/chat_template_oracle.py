@@ -117,6 +117,13 @@ def conversations():
             {"role": "tool", "tool_call_id": "call_abc123", "name": "get_weather", "content": "sunny"},
             {"role": "tool", "tool_call_id": "call_def456", "name": "search", "content": "3 results"}],
             "tools": TOOLS},
+        "parallel_tool_calls_mistral_ids": {"messages": [
+            u2,
+            {"role": "assistant", "content": "", "tool_calls": [
+                dict(CALL_WEATHER, id="a1B2c3D4e"), dict(CALL_SEARCH, id="Z9y8X7w6v")]},
+            {"role": "tool", "tool_call_id": "a1B2c3D4e", "name": "get_weather", "content": "sunny"},
+            {"role": "tool", "tool_call_id": "Z9y8X7w6v", "name": "search", "content": "3 results"},
+            {"role": "assistant", "content": "Sunny, and I found 3 results."}], "tools": TOOLS},
         "tool_call_string_args": {"messages": [
             sys_msg, {"role": "user", "content": "Weather in Tokyo?"},
             {"role": "assistant", "content": "Let me check.", "tool_calls": [CALL_STR_ARGS]},
