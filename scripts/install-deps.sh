@@ -5,7 +5,7 @@ PKGS=(
   build-essential cmake ninja-build pkg-config git ca-certificates
   libopenblas-openmp-dev
   nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev
-  libpcre2-dev libhdf5-dev libboost-dev
+  libpcre2-dev libhdf5-dev libboost-dev libicu-dev
   python3-torch python3-numpy python3-jinja2 python3-h5py
   curl chromium
 )

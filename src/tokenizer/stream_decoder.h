@@ -1,0 +1,46 @@
+// StreamDecoder: turns a growing token sequence into text deltas for streaming output.
+//
+// Invariants: the concatenation of all deltas plus flush() equals tokenizer.decode(all
+// ids) for the decoders real tokenizers use, whenever the ids decode to valid UTF-8 (an
+// invalid byte-fallback run becomes all U+FFFD in decode(), retroactively; the stream
+// cannot retract what it showed, so there it may show fewer U+FFFD); a delta never ends inside a UTF-8
+// character (text whose decoding still ends in U+FFFD is held back until the character
+// completes); each step decodes only a small window — the tokens of the previous
+// emission (as context, so SentencePiece leading-space stripping and byte-fallback
+// groups come out right) plus the pending ones — so work per token is O(1) amortised.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "tokenizer/tokenizer.h"
+
+namespace astrai::tokenizer {
+
+class StreamDecoder {
+ public:
+  explicit StreamDecoder(Tokenizer tokenizer, bool skip_special_tokens = false);
+
+  // Feeds one token; returns the newly completed text (often empty while a multi-byte
+  // character is still incomplete).
+  std::string step(int32_t id);
+  std::string step(std::span<const int32_t> ids);
+  // End of stream: returns held-back text (an incomplete character becomes U+FFFD).
+  std::string flush();
+  // Starts a new sequence.
+  void reset();
+
+ private:
+  // Held-back tokens are released anyway after this many (a UTF-8 character spans at
+  // most 4 bytes, hence at most 4 tokens; a longer U+FFFD tail is real text).
+  static constexpr size_t kMaxPending = 8;
+  Tokenizer tokenizer_;
+  bool skip_special_;
+  std::vector<int32_t> window_;  // context tokens, then pending tokens
+  size_t context_ = 0;           // how many leading tokens of window_ are context
+  std::string context_text_;     // decode(window_[0, context_))
+};
+
+}  // namespace astrai::tokenizer
