@@ -46,8 +46,13 @@ std::string read_file(const std::string& path) {
 }
 
 OJson parse_json(const std::string& text, const std::string& where) {
+  // Deeply nested input would overflow the stack in recursive JSON copies; refuse it early.
+  auto limit_depth = [&](int depth, OJson::parse_event_t, OJson&) {
+    if (depth > 512) fail(where, ": JSON nested deeper than 512 levels");
+    return true;
+  };
   try {
-    return OJson::parse(text);
+    return OJson::parse(text, limit_depth);
   } catch (const nlohmann::json::exception& e) {
     fail(where, ": invalid JSON: ", e.what());
   }

@@ -78,6 +78,20 @@ TEST(Jinja, ImmutableSandbox) {
   EXPECT_NE(error_of("{{ range(200000)|length }}").find("range too big"), std::string::npos);
 }
 
+TEST(Jinja, HostileTemplatesFailCleanly) {
+  EXPECT_NE(error_of("{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}").find("nested deeper"), std::string::npos);
+  EXPECT_NE(error_of("{{ " + std::string(5000, '(') + "1" + std::string(5000, ')') + " }}").find("nested too deeply"),
+            std::string::npos);
+  EXPECT_NE(error_of("{{ 2 ** 10 ** 18 }}").find("integer overflow"), std::string::npos);
+  EXPECT_NE(error_of("{{ 9223372036854775807 + 1 }}").find("integer overflow"), std::string::npos);
+  EXPECT_NE(error_of("{{ 99999999999999999999 }}").find("out of range"), std::string::npos);
+  EXPECT_NE(error_of("{{ 'ab' * 10000000000 }}").find("too large"), std::string::npos);
+  EXPECT_NE(error_of("{{ 'x'|center(10000000000) }}").find("too large"), std::string::npos);
+  OJson deep = OJson::array();
+  for (int i = 0; i < 600; ++i) deep = OJson::array({deep});
+  EXPECT_THROW(Value::from_json(deep), Error);
+}
+
 TEST(Jinja, TrailingNewlineDroppedOnce) {
   EXPECT_EQ(render("x\n"), "x");
   EXPECT_EQ(render("x\n\n"), "x\n");

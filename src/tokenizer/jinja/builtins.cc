@@ -201,6 +201,13 @@ int64_t need_int(const Value& v, const char* what) {
   return v.as_int();
 }
 
+// Widths for padding filters, bounded so a template cannot ask for gigabytes.
+int64_t need_width(const Value& v, const char* what) {
+  int64_t w = need_int(v, what);
+  if (w > (int64_t{1} << 24)) fail("jinja: ", what, " ", w, " is too large");
+  return w;
+}
+
 // Jinja's make_attrgetter: "a.b.0" → nested getitem, integer parts as indices.
 Value get_path(const Value& obj, const std::string& path) {
   Value cur = obj;
@@ -588,7 +595,7 @@ Value f_indent(Interpreter&, const Value& v, Args& a) {
   Value width = arg_or(a, 0, "width", Value(int64_t{4}));
   bool first = to_bool_arg(a, 1, "first", false);
   bool blank = to_bool_arg(a, 2, "blank", false);
-  std::string ind = width.is_string() ? width.str_ref() : std::string(static_cast<size_t>(std::max<int64_t>(0, need_int(width, "indent width"))), ' ');
+  std::string ind = width.is_string() ? width.str_ref() : std::string(static_cast<size_t>(std::max<int64_t>(0, need_width(width, "indent width"))), ' ');
   std::string s = v.to_str() + "\n";
   auto lines = splitlines(s);
   std::string rv;
@@ -611,7 +618,7 @@ std::string center_impl(const std::string& s, int64_t width) {
 }
 
 Value f_center(Interpreter&, const Value& v, Args& a) {
-  return Value(center_impl(v.to_str(), need_int(arg_or(a, 0, "width", Value(int64_t{80})), "center width")));
+  return Value(center_impl(v.to_str(), need_width(arg_or(a, 0, "width", Value(int64_t{80})), "center width")));
 }
 
 Value f_wordcount(Interpreter&, const Value& v, Args&) {
@@ -910,9 +917,9 @@ Value string_method(const std::string& s, const std::string& name, Args& a) {
       return Value(suffix ? s.substr(0, s.size() - x.size()) : s.substr(x.size()));
     return Value(s);
   }
-  if (name == "center") return Value(center_impl(s, need_int(arg_or(a, 0, "width", Value()), "center width")));
+  if (name == "center") return Value(center_impl(s, need_width(arg_or(a, 0, "width", Value()), "center width")));
   if (name == "ljust" || name == "rjust" || name == "zfill") {
-    int64_t width = need_int(arg_or(a, 0, "width", Value()), name.c_str());
+    int64_t width = need_width(arg_or(a, 0, "width", Value()), name.c_str());
     int64_t n = static_cast<int64_t>(utf8_length(s));
     if (width <= n) return Value(s);
     std::string pad(width - n, name == "zfill" ? '0' : ' ');

@@ -4,6 +4,7 @@
 #include <cctype>
 #include <cstring>
 #include <initializer_list>
+#include <stdexcept>
 
 #include "base/error.h"
 #include "tokenizer/jinja/builtins.h"
@@ -281,10 +282,14 @@ class Lexer {
     std::string text;
     for (size_t i = pos_; i < e; ++i)
       if (src_[i] != '_') text += src_[i];
-    if (is_float)
-      push(Token::kFloat, text, Value(std::stod(text)));
-    else
-      push(Token::kInt, text, Value(static_cast<int64_t>(std::stoll(text))));
+    try {
+      if (is_float)
+        push(Token::kFloat, text, Value(std::stod(text)));
+      else
+        push(Token::kInt, text, Value(static_cast<int64_t>(std::stoll(text))));
+    } catch (const std::out_of_range&) {
+      error("number literal " + text + " out of range");
+    }
     advance_to(e);
   }
 
@@ -486,6 +491,11 @@ class Parser {
   }
 
   StmtPtr parse_statement() {
+    if (++depth_ > kMaxNesting) error("statements nested too deeply");
+    struct Dec {
+      int& d;
+      ~Dec() { --d; }
+    } dec{depth_};
     if (cur().type != Token::kName) error("expected a statement name, got " + describe(cur()));
     std::string name = cur().s;
     int line = cur().line;
@@ -801,6 +811,12 @@ class Parser {
   }
 
   ExprPtr parse_unary(bool with_filter) {
+    // Nesting bound: the parser recurses per bracket/unary level (a stack overflow otherwise).
+    if (++depth_ > kMaxNesting) error("expression nested too deeply");
+    struct Dec {
+      int& d;
+      ~Dec() { --d; }
+    } dec{depth_};
     int line = cur().line;
     ExprPtr node;
     if (is_op("-") || is_op("+")) {
@@ -1087,9 +1103,11 @@ class Parser {
     return e;
   }
 
+  static constexpr int kMaxNesting = 200;
   std::vector<Token> t_;
   size_t i_ = 0;
   int loop_depth_ = 0;
+  int depth_ = 0;
 };
 
 // jinja2 rejects an unknown filter or test when it compiles the template, except inside an

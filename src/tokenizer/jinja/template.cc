@@ -14,6 +14,10 @@ namespace {
 constexpr const char* kLineTag = "(template line ";
 // jinja's sandbox refuses ranges longer than this.
 constexpr int64_t kMaxRange = 100000;
+// Bounds that keep hostile templates from exhausting memory or the stack (Python would raise
+// MemoryError / RecursionError).
+constexpr size_t kMaxRepeat = size_t{1} << 26;
+constexpr int kMaxCallDepth = 256;
 
 [[noreturn]] void undefined_error(const Value& u) {
   if (u.str_ref().empty()) fail("jinja: value is undefined");
@@ -49,17 +53,24 @@ Value arith(const std::string& op, const Value& a, const Value& b) {
         return Value(m);
       }
     } else {
-      int64_t x = a.as_int(), y = b.as_int();
-      if (op == "+") return Value(x + y);
-      if (op == "-") return Value(x - y);
-      if (op == "*") return Value(x * y);
+      int64_t x = a.as_int(), y = b.as_int(), r = 0;
+      // Python ints are unbounded; ours are 64-bit, so overflow is an error, never UB.
+      auto overflow = [&]() -> Value { fail("jinja: integer overflow in ", op, " (64-bit integers)"); };
+      if (op == "+") return __builtin_add_overflow(x, y, &r) ? overflow() : Value(r);
+      if (op == "-") return __builtin_sub_overflow(x, y, &r) ? overflow() : Value(r);
+      if (op == "*") return __builtin_mul_overflow(x, y, &r) ? overflow() : Value(r);
       if (op == "**") {
         if (y < 0) return Value(std::pow(static_cast<double>(x), static_cast<double>(y)));
-        int64_t r = 1;
-        for (int64_t i = 0; i < y; ++i) r *= x;
+        int64_t base = x;
+        r = 1;
+        for (int64_t e = y; e > 0; e >>= 1) {
+          if ((e & 1) && __builtin_mul_overflow(r, base, &r)) return overflow();
+          if (e > 1 && __builtin_mul_overflow(base, base, &base)) return overflow();
+        }
         return Value(r);
       }
       if (y == 0) fail("jinja: integer division or modulo by zero");
+      if (x == INT64_MIN && y == -1) return overflow();
       if (op == "//") return Value(floor_div(x, y));
       if (op == "%") return Value(x - floor_div(x, y) * y);
     }
@@ -82,6 +93,9 @@ Value arith(const std::string& op, const Value& a, const Value& b) {
     const Value* n = a.is_int() ? &a : &b;
     if (n->is_int() && (seq->is_string() || seq->is_list())) {
       int64_t k = std::max<int64_t>(0, n->as_int());
+      size_t unit = seq->is_string() ? seq->str_ref().size() : seq->list_ref().size();
+      if (unit != 0 && k > static_cast<int64_t>(kMaxRepeat / unit))
+        fail("jinja: repetition result too large (limit ", kMaxRepeat, " elements/bytes)");
       if (seq->is_string()) {
         std::string out;
         for (int64_t i = 0; i < k; ++i) out += seq->str_ref();
@@ -518,6 +532,12 @@ Value Interpreter::make_macro(const Stmt& s, const std::shared_ptr<Frame>& closu
   const Stmt* def = &s;
   std::shared_ptr<Frame> env = closure;
   return Value::callable(s.kind == Stmt::Kind::kMacro ? s.name : "caller", [def, env](Interpreter& in, Args& a) {
+    if (in.call_depth_ >= kMaxCallDepth) fail("jinja: macro calls nested deeper than ", kMaxCallDepth, " (recursion?)");
+    struct DepthGuard {
+      int& d;
+      explicit DepthGuard(int& x) : d(x) { ++d; }
+      ~DepthGuard() { --d; }
+    } guard(in.call_depth_);
     auto f = std::make_shared<Frame>();
     f->parent = env;
     const auto& params = def->targets;

@@ -56,6 +56,8 @@ class Interpreter {
   Value make_macro(const Stmt& s, const std::shared_ptr<Frame>& closure, const Value& caller);
   void assign(const std::vector<std::string>& names, const Value& v, Frame& frame, int line);
 
+  int call_depth_ = 0;  // nested macro calls
+
  private:
   std::shared_ptr<const Program> program_;
 };

@@ -153,7 +153,8 @@ Value Value::callable(std::string name, NativeFunction fn) {
 
 namespace {
 template <typename J>
-Value from_json_impl(const J& j) {
+Value from_json_impl(const J& j, int depth = 0) {
+  if (depth > 512) fail("jinja: JSON input nested deeper than 512 levels");
   switch (j.type()) {
     case J::value_t::null: return Value::none();
     case J::value_t::boolean: return Value(j.template get<bool>());
@@ -168,12 +169,12 @@ Value from_json_impl(const J& j) {
     case J::value_t::array: {
       std::vector<Value> items;
       items.reserve(j.size());
-      for (const auto& e : j) items.push_back(from_json_impl(e));
+      for (const auto& e : j) items.push_back(from_json_impl(e, depth + 1));
       return Value::list(std::move(items));
     }
     case J::value_t::object: {
       Value d = Value::dict();
-      for (auto it = j.begin(); it != j.end(); ++it) d.dict_mut().set(it.key(), from_json_impl(it.value()));
+      for (auto it = j.begin(); it != j.end(); ++it) d.dict_mut().set(it.key(), from_json_impl(it.value(), depth + 1));
       return d;
     }
     default: fail("jinja: unsupported JSON value (", j.type_name(), ")");
