@@ -249,6 +249,10 @@ CompletionRequest parse_completion_request(const Json& body, const std::string& 
   if (auto max_tokens = opt_int(body, "max_tokens", r.echo ? 0 : 1, kNoLimit)) {
     r.gen.sampling.max_tokens = static_cast<int32_t>(*max_tokens);
   }
+  if (r.gen.sampling.max_tokens == 0) {
+    r.score_only = true;
+    r.gen.sampling.max_tokens = 1;
+  }
   r.logprobs = static_cast<int32_t>(opt_int(body, "logprobs", 0, 20).value_or(-1));
   r.gen.sampling.logprobs = r.logprobs;
   r.gen.prompt_logprobs = r.echo && r.logprobs >= 0;
@@ -427,6 +431,7 @@ CompletionWriter::CompletionWriter(std::string id, std::string model, int64_t cr
       created_(created),
       include_usage_(request.include_usage),
       echo_(request.echo),
+      score_only_(request.score_only),
       logprobs_(request.logprobs),
       token_bytes_(std::move(token_bytes)) {
   for (int32_t i = 0; i < request.gen.sampling.n; ++i) choices_.emplace_back(nullptr, "");
@@ -492,8 +497,10 @@ std::string CompletionWriter::push(const infer::ChoiceDelta& delta) {
   if (c.finished()) return {};
   std::vector<ChoiceEvent> events = c.push(delta);
   std::string text;
-  for (const auto& e : events) text += e.text;
-  bool has_logprobs = logprobs_ >= 0 && !delta.logprobs.empty();
+  if (!score_only_) {
+    for (const auto& e : events) text += e.text;
+  }
+  bool has_logprobs = logprobs_ >= 0 && !delta.logprobs.empty() && !score_only_;
   if (text.empty() && !has_logprobs && !c.finished()) return {};
   Json lp = nullptr;
   if (has_logprobs) {
@@ -503,7 +510,8 @@ std::string CompletionWriter::push(const infer::ChoiceDelta& delta) {
   return sse_data(chunk(Json::array({{{"index", delta.index},
                                       {"text", text},
                                       {"logprobs", std::move(lp)},
-                                      {"finish_reason", c.finished() ? Json(completion_finish(c.finish())) : Json(nullptr)}}})));
+                                      {"finish_reason", c.finished() ? Json(score_only_ ? "length" : completion_finish(c.finish()))
+                                                                     : Json(nullptr)}}})));
 }
 
 bool CompletionWriter::all_finished() const {
@@ -543,12 +551,12 @@ Json CompletionWriter::response(const infer::GenerationResult& result, const Usa
       lp = empty_logprobs();
       size_t offset = 0;
       if (echo_) append_logprobs(&lp, result.prompt_logprobs, true, &offset);
-      append_logprobs(&lp, c.logprobs(), false, &offset);
+      if (!score_only_) append_logprobs(&lp, c.logprobs(), false, &offset);
     }
     choices.push_back({{"index", i},
-                       {"text", prompt_text + c.text()},
+                       {"text", score_only_ ? prompt_text : prompt_text + c.text()},
                        {"logprobs", std::move(lp)},
-                       {"finish_reason", completion_finish(c.finish())}});
+                       {"finish_reason", score_only_ ? "length" : completion_finish(c.finish())}});
   }
   return {{"id", id_},
           {"object", "text_completion"},

@@ -32,6 +32,9 @@ struct CompletionRequest {
   bool include_usage = false;
   bool echo = false;
   int32_t logprobs = -1;  // -1 off, else number of alternatives (0..5)
+  // max_tokens 0 (with echo): score the prompt only. The engine always samples at least one
+  // token, so it runs with max_tokens 1 and that token is dropped from text, logprobs and usage.
+  bool score_only = false;
 };
 
 CompletionRequest parse_completion_request(const Json& body, const std::string& served_model);
@@ -74,6 +77,7 @@ class CompletionWriter {
   std::string error(const std::string& message) const;
   // Not streaming: needs the result for the prompt's logprobs (echo).
   Json response(const infer::GenerationResult& result, const Usage& usage) const;
+  bool score_only() const { return score_only_; }
 
  private:
   Json chunk(Json choices) const;
@@ -84,7 +88,7 @@ class CompletionWriter {
 
   std::string id_, model_;
   int64_t created_;
-  bool include_usage_, echo_;
+  bool include_usage_, echo_, score_only_;
   int32_t logprobs_;
   std::string prompt_text_;
   TokenBytesFn token_bytes_;

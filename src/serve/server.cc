@@ -220,6 +220,7 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
     Usage usage;
     usage.prompt_tokens = result.prompt_tokens > 0 ? result.prompt_tokens : prompt_tokens;
     usage.completion_tokens = result.completion_tokens;
+    if (kind == Kind::kCompletion && completion->score_only()) usage.completion_tokens = 0;
     usage.cached_tokens = result.cached_prompt_tokens;
     bool cancelled = false;
     for (const auto& c : result.choices) cancelled |= c.finish == infer::FinishReason::kCancelled;

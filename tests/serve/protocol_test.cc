@@ -230,7 +230,8 @@ TEST(OpenAiChat, LogprobsAndManyChoices) {
 TEST(OpenAiCompletions, PromptFormsEchoAndLogprobs) {
   auto ids = openai::parse_completion_request(Json::parse(R"({"prompt": [1, 2, 3], "max_tokens": 0, "echo": true, "logprobs": 1})"), "m");
   EXPECT_EQ(ids.gen.prompt_ids, (std::vector<int32_t>{1, 2, 3}));
-  EXPECT_EQ(ids.gen.sampling.max_tokens, 0);
+  EXPECT_EQ(ids.gen.sampling.max_tokens, 1);  // the engine samples one token; it is dropped
+  EXPECT_TRUE(ids.score_only);
   EXPECT_TRUE(ids.gen.prompt_logprobs);
   auto text = openai::parse_completion_request(Json::parse(R"({"prompt": ["hello"]})"), "m");
   EXPECT_EQ(text.gen.prompt_text, "hello");
@@ -248,12 +249,20 @@ TEST(OpenAiCompletions, PromptFormsEchoAndLogprobs) {
   result.prompt_logprobs = {{1, 0.0f, {}}, {2, -2.0f, {{4, -0.1f}}}};
   Json resp = w.response(result, {2, 1, 0});
   const Json& c = resp["choices"][0];
-  EXPECT_EQ(c["text"], "t1t2t9");
+  EXPECT_EQ(c["text"], "t1t2");  // score only: the prompt, nothing generated
   EXPECT_EQ(c["finish_reason"], "length");
-  EXPECT_EQ(c["logprobs"]["tokens"], Json::array({"t1", "t2", "t9"}));
+  EXPECT_EQ(c["logprobs"]["tokens"], Json::array({"t1", "t2"}));
   EXPECT_EQ(c["logprobs"]["token_logprobs"][0], nullptr);  // the first token has no context
   EXPECT_FLOAT_EQ(c["logprobs"]["token_logprobs"][1].get<float>(), -2.0f);
-  EXPECT_EQ(c["logprobs"]["text_offset"], Json::array({0, 2, 4}));
+  EXPECT_EQ(c["logprobs"]["text_offset"], Json::array({0, 2}));
+
+  auto gen = openai::parse_completion_request(Json::parse(R"({"prompt": [1, 2], "max_tokens": 1, "echo": true, "logprobs": 1})"), "m");
+  openai::CompletionWriter w2("cmpl-2", "m", 5, gen, token_bytes);
+  w2.push(d);
+  Json c2 = w2.response(result, {2, 1, 0})["choices"][0];
+  EXPECT_EQ(c2["text"], "t1t2t9");
+  EXPECT_EQ(c2["logprobs"]["tokens"], Json::array({"t1", "t2", "t9"}));
+  EXPECT_EQ(c2["logprobs"]["text_offset"], Json::array({0, 2, 4}));
   EXPECT_FLOAT_EQ(c["logprobs"]["top_logprobs"][1]["t4"].get<float>(), -0.1f);
 }
 
