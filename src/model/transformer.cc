@@ -40,6 +40,12 @@ void linear(const float* x, int64_t m, const Tensor& w, const Tensor& bias, floa
 }  // namespace
 
 std::vector<double> rope_inv_freq(const ModelConfig& c, int64_t seq_len) {
+  std::vector<double> inv;
+  rope_inv_freq_into(c, seq_len, inv);
+  return inv;
+}
+
+void rope_inv_freq_into(const ModelConfig& c, int64_t seq_len, std::vector<double>& inv) {
   const int64_t dim = c.rope_dim();
   const int64_t half = dim / 2;
   const RopeScaling& rs = c.rope_scaling;
@@ -50,7 +56,7 @@ std::vector<double> rope_inv_freq(const ModelConfig& c, int64_t seq_len) {
     base = base * std::pow(rs.factor * len / orig - (rs.factor - 1.0),
                            static_cast<double>(dim) / static_cast<double>(dim - 2));
   }
-  std::vector<double> inv(static_cast<size_t>(half));
+  inv.resize(static_cast<size_t>(half));  // no allocation once sized
   const bool f32 = hf_rope_precision(c);
   for (int64_t i = 0; i < half; ++i) {
     if (f32) {
@@ -80,7 +86,6 @@ std::vector<double> rope_inv_freq(const ModelConfig& c, int64_t seq_len) {
       f = f32 ? static_cast<double>(static_cast<float>(v)) : v;
     }
   }
-  return inv;
 }
 
 Transformer::Transformer(ModelConfig config, ModelWeights weights)
@@ -190,7 +195,7 @@ void Transformer::rope_tables(const Batch& b, ForwardWorkspace& ws) const {
   float* sin = grow(ws.sin_, t * half);
   const bool f32 = hf_rope_precision(config_);
   const bool dynamic = config_.rope_scaling.type == RopeScalingType::kDynamic;
-  if (!dynamic && static_cast<int64_t>(ws.inv_freq_.size()) != half) ws.inv_freq_ = rope_inv_freq(config_, 0);
+  if (!dynamic) rope_inv_freq_into(config_, 0, ws.inv_freq_);
   for (const SeqSpan& sp : b.seqs) {
     if (sp.num_tokens == 0) continue;
     const int32_t* pos = b.positions.data() + sp.token_begin;
@@ -198,12 +203,11 @@ void Transformer::rope_tables(const Batch& b, ForwardWorkspace& ws) const {
       // Hugging Face rescales by the longest position of the forward call; per sequence
       // here, so a sequence's logits never depend on what else is batched.
       const int32_t max_pos = *std::max_element(pos, pos + sp.num_tokens);
-      ws.inv_freq_ = rope_inv_freq(config_, static_cast<int64_t>(max_pos) + 1);
+      rope_inv_freq_into(config_, static_cast<int64_t>(max_pos) + 1, ws.inv_freq_);
     }
     kernels::rope_sincos(ws.inv_freq_.data(), half, pos, sp.num_tokens, f32, cos + sp.token_begin * half,
                          sin + sp.token_begin * half);
   }
-  if (dynamic) ws.inv_freq_.clear();
 }
 
 void Transformer::attention_block(int64_t layer, const Batch& b, const PagedKv* kv, ForwardWorkspace& ws) const {

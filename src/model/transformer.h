@@ -89,5 +89,7 @@ class Transformer {
 // The inverse RoPE frequencies [rope_dim / 2] this config uses for a sequence whose
 // longest position so far is seq_len - 1 (only dynamic scaling depends on seq_len).
 std::vector<double> rope_inv_freq(const ModelConfig& config, int64_t seq_len);
+// The same into a reused vector (no allocation once sized).
+void rope_inv_freq_into(const ModelConfig& config, int64_t seq_len, std::vector<double>& out);
 
 }  // namespace astrai::model
