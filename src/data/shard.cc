@@ -104,7 +104,7 @@ ShardWriter::ShardWriter(std::string dir, bool overwrite) : dir_(std::move(dir))
     const bool dataset = fs::exists(fs::path(dir_) / "meta.json", ec);
     ASTRAI_CHECK(empty || (overwrite_ && dataset), dir_,
                  overwrite_ ? ": exists and is not a dataset directory (refusing to replace it)"
-                            : ": already exists (pass overwrite to replace a dataset)");
+                            : ": already exists (use --overwrite to replace a dataset)");
   }
   const fs::path parent = fs::absolute(fs::path(dir_)).parent_path();
   fs::create_directories(parent, ec);
