@@ -503,6 +503,10 @@ void Interpreter::exec_for(const Stmt& s, const std::shared_ptr<Frame>& frame, s
   }
   const int64_t n = static_cast<int64_t>(items.size());
   for (int64_t i = 0; i < n; ++i) {
+    // Each iteration starts from the outer scope: a `set` in the body is not seen by the next
+    // iteration (jinja2 resets loop-local assignments), only namespace attributes carry over.
+    loop_frame = std::make_shared<Frame>();
+    loop_frame->parent = frame;
     assign(s.targets, items[i], *loop_frame, s.line);
     Value loop = Value::dict();
     Dict& d = loop.dict_mut();
