@@ -102,6 +102,34 @@ TEST(Activation, SwigluAndGate) {
   }
 }
 
+// Batch invariance of the elementwise kernels: an element's result must not depend on where
+// it sits in the array (vectorised body, peeled head or scalar tail) nor on the array length.
+TEST(Activation, ElementResultsDoNotDependOnPositionOrLength) {
+  const int64_t n = 1000;
+  auto g = randn(n, 21, 3.0f), u = randn(n, 22);
+  std::vector<float> full(n), gate_full = u;
+  swiglu(g.data(), u.data(), n, full.data());
+  mul_sigmoid(gate_full.data(), g.data(), n);
+  for (int64_t off : {1, 3, 7, 13, 16, 17}) {
+    for (int64_t len : {1, 5, 31, 64, 500}) {
+      std::vector<float> part(len), gate_part(u.begin() + off, u.begin() + off + len);
+      swiglu(g.data() + off, u.data() + off, len, part.data());
+      mul_sigmoid(gate_part.data(), g.data() + off, len);
+      ASSERT_EQ(std::memcmp(part.data(), full.data() + off, len * sizeof(float)), 0) << off << " " << len;
+      ASSERT_EQ(std::memcmp(gate_part.data(), gate_full.data() + off, len * sizeof(float)), 0) << off << " " << len;
+    }
+  }
+  // RMSNorm rows: the same row at any row index of any batch.
+  const int64_t dim = 40;
+  auto x = randn(9 * dim, 23), w = randn(dim, 24);
+  std::vector<float> y(9 * dim), y1(dim);
+  rmsnorm(x.data(), 9, dim, w.data(), 1e-6f, y.data());
+  for (int64_t r = 0; r < 9; ++r) {
+    rmsnorm(x.data() + r * dim, 1, dim, w.data(), 1e-6f, y1.data());
+    ASSERT_EQ(std::memcmp(y1.data(), y.data() + r * dim, dim * sizeof(float)), 0) << r;
+  }
+}
+
 TEST(Embedding, ConvertsRowsOfEveryDtype) {
   const int64_t vocab = 6, dim = 5;
   auto table = randn(vocab * dim, 8);
