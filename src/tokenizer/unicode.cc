@@ -5,6 +5,10 @@
 #include <unicode/uchar.h>
 #include <unicode/unistr.h>
 
+#include <algorithm>
+#include <iterator>
+#include <utility>
+
 #include "base/error.h"
 
 namespace astrai::tokenizer {
@@ -234,13 +238,36 @@ std::string icu_normalize(std::string_view s, NormalForm form) {
 }
 }  // namespace
 
+namespace {
+char32_t lower_char(char32_t c) {
+  UVersionInfo age;
+  u_charAge(static_cast<UChar32>(c), age);
+  if (age[0] != 0) return static_cast<char32_t>(u_tolower(static_cast<UChar32>(c)));
+  // Newer than ICU 72: Node-generated table (HF's Rust std knows these scripts).
+  static const std::pair<uint32_t, uint32_t> kLower[] = {
+#include "tokenizer/unicode_lower.inc"
+  };
+  auto it = std::lower_bound(std::begin(kLower), std::end(kLower), std::pair<uint32_t, uint32_t>(c, 0));
+  return it != std::end(kLower) && it->first == c ? it->second : c;
+}
+}  // namespace
+
 std::string unicode_lowercase(std::string_view s) {
-  // Rust str::to_lowercase: full case mapping, with final-sigma handling (ICU root locale).
-  icu::UnicodeString in = icu::UnicodeString::fromUTF8(icu::StringPiece(s.data(), static_cast<int32_t>(s.size())));
-  in.toLower(icu::Locale::getRoot());
-  std::string result;
-  in.toUTF8String(result);
-  return result;
+  // HF lowercases char by char (Rust char::to_lowercase): full mappings but no context,
+  // so a final capital sigma becomes σ, not ς. Only U+0130 maps to more than one char.
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size();) {
+    char32_t c = utf8_next(s, i);
+    if (c < 0x80) {
+      out += (c >= 'A' && c <= 'Z') ? char(c + 32) : char(c);
+    } else if (c == 0x130) {
+      out += "i\xCC\x87";
+    } else {
+      utf8_append(out, lower_char(c));
+    }
+  }
+  return out;
 }
 
 }  // namespace astrai::tokenizer

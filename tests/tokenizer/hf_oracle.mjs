@@ -199,6 +199,28 @@ const vocabs = [
   vocabs.push(['mistral-metaspace', writeVocab('mistral-metaspace', j)]);
 }
 {
+  // Metaspace that splits words and always prepends.
+  const j = readJson(path.join(lenml('llama2'), 'tokenizer.json'));
+  j.normalizer = null;
+  j.pre_tokenizer = { type: 'Metaspace', replacement: '▁', prepend_scheme: 'always', split: true };
+  j.decoder = { type: 'Sequence', decoders: [{ type: 'Metaspace', replacement: '▁', prepend_scheme: 'always', split: true },
+    { type: 'ByteFallback' }, { type: 'Fuse' }] };
+  vocabs.push(['mistral-metaspace-split', writeVocab('mistral-metaspace-split', j)]);
+}
+{
+  // GPT-2 with ByteLevel's add_prefix_space.
+  const j = gpt2Json();
+  j.pre_tokenizer = { ...j.pre_tokenizer, add_prefix_space: true };
+  vocabs.push(['gpt2-prefix', writeVocab('gpt2-prefix', j)]);
+}
+{
+  // Other normalizers on Llama-3's vocabulary: NFKC, Lowercase, Strip, regex Replace.
+  const j = readJson(path.join(lenml('llama3'), 'tokenizer.json'));
+  j.normalizer = { type: 'Sequence', normalizers: [{ type: 'NFKC' }, { type: 'Lowercase' },
+    { type: 'Strip', strip_left: true, strip_right: true }, { type: 'Replace', pattern: { Regex: '\\s+' }, content: ' ' }] };
+  vocabs.push(['llama3-normalizers', writeVocab('llama3-normalizers', j)]);
+}
+{
   // Added-token flags on Qwen3's vocabulary: lstrip, rstrip, single_word, normalized.
   const j = readJson(path.join(lenml('qwen3'), 'tokenizer.json'));
   const next = Math.max(...j.added_tokens.map((t) => t.id)) + 1;
@@ -267,7 +289,7 @@ for (const [name, dir] of vocabs) {
   };
   const norm = tokJson.normalizer;
   // Byte-level vocabularies reproduce the text, unless added tokens strip spaces.
-  const byteLevel = JSON.stringify(tokJson.pre_tokenizer || {}).includes('ByteLevel') &&
+  const byteLevel = JSON.stringify(tokJson.pre_tokenizer || {}).includes('ByteLevel') && !tokJson.normalizer?.normalizers && !JSON.stringify(tokJson.pre_tokenizer).includes('"add_prefix_space":true') &&
     !tokJson.added_tokens.some((t) => t.lstrip || t.rstrip);
   for (let i = 0; i < inputs.length; i++) {
     const o = ours[i];
