@@ -82,6 +82,49 @@ std::string dump_args(const OJson& args) {
   return args.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
+// Qwen3-Coder / Qwen3.5 put XML inside <tool_call>:
+//   <function=NAME>\n<parameter=KEY>\nVALUE\n</parameter>...\n</function>
+// Values that parse as JSON numbers, booleans, null, objects or arrays keep that type; anything
+// else is a string (one newline on each side of the value belongs to the markup).
+bool parse_xml_function(std::string_view s, OJson* call) {
+  constexpr std::string_view kOpen = "<function=", kClose = "</function>", kParam = "<parameter=",
+                             kParamClose = "</parameter>";
+  if (s.substr(0, kOpen.size()) != kOpen) return false;
+  size_t gt = s.find('>');
+  if (gt == std::string_view::npos) return false;
+  std::string name = trim(s.substr(kOpen.size(), gt - kOpen.size()));
+  if (name.empty()) return false;
+  OJson args = OJson::object();
+  size_t pos = gt + 1;
+  while (true) {
+    while (pos < s.size() && is_ws(s[pos])) ++pos;
+    if (s.substr(pos, kClose.size()) == kClose) {
+      pos += kClose.size();
+      break;
+    }
+    if (s.substr(pos, kParam.size()) != kParam) return false;
+    size_t kgt = s.find('>', pos);
+    size_t end = s.find(kParamClose, pos);
+    if (kgt == std::string_view::npos || end == std::string_view::npos || end < kgt) return false;
+    std::string key = trim(s.substr(pos + kParam.size(), kgt - pos - kParam.size()));
+    std::string_view value = s.substr(kgt + 1, end - kgt - 1);
+    if (!value.empty() && value.front() == '\n') value.remove_prefix(1);
+    if (!value.empty() && value.back() == '\n') value.remove_suffix(1);
+    OJson v = std::string(value);
+    try {
+      OJson parsed = OJson::parse(value);
+      if (!parsed.is_string()) v = std::move(parsed);
+    } catch (const nlohmann::json::exception&) {
+    }
+    args[key] = std::move(v);
+    pos = end + kParamClose.size();
+  }
+  while (pos < s.size() && is_ws(s[pos])) ++pos;
+  if (pos != s.size()) return false;
+  *call = OJson{{"name", name}, {"arguments", std::move(args)}};
+  return true;
+}
+
 }  // namespace
 
 ToolCallFormat detect_tool_call_format(std::string_view t) {
@@ -164,10 +207,14 @@ bool ToolCallStreamParser::add_call_object(const void* p, ToolCallParse& out) {
 // A JSON object (one call) or array (Mistral: several); all or nothing.
 bool ToolCallStreamParser::add_call(const std::string& text, ToolCallParse& out) {
   OJson j;
-  try {
-    j = OJson::parse(text);
-  } catch (const nlohmann::json::exception&) {
-    return false;
+  if (format_ == ToolCallFormat::kHermes && text.rfind("<function=", 0) == 0) {
+    if (!parse_xml_function(text, &j)) return false;
+  } else {
+    try {
+      j = OJson::parse(text);
+    } catch (const nlohmann::json::exception&) {
+      return false;
+    }
   }
   ToolCallParse tmp;
   if (j.is_array()) {

@@ -1,5 +1,7 @@
 // Tool calls in model output, in the formats chat templates teach:
 //   Hermes / Qwen:  text <tool_call>\n{"name": "f", "arguments": {...}}\n</tool_call> ...
+//                   (Qwen3-Coder / Qwen3.5 XML inside the block: <function=f><parameter=k>v</parameter>
+//                   </function>)
 //   Llama-3 JSON:   {"name": "f", "parameters": {...}}   (whole reply; or after <|python_tag|>,
 //                   several separated by ';')
 //   Mistral:        text [TOOL_CALLS][{"name": "f", "arguments": {...}, "id": "a1b2c3d4e"}]

@@ -119,6 +119,18 @@ TEST(ToolCalls, HermesTextAfterCall) {
         {"AB", {{"f", "{}"}}});
 }
 
+TEST(ToolCalls, HermesXmlFunctionQwen3Coder) {
+  check(ToolCallFormat::kHermes,
+        "I'll look.\n<tool_call>\n<function=get_weather>\n<parameter=location>\nParis, France\n</parameter>\n"
+        "<parameter=days>\n3\n</parameter>\n<parameter=opts>\n{\"unit\": \"c\"}\n</parameter>\n"
+        "<parameter=note>\nline one\nline two\n</parameter>\n</function>\n</tool_call>",
+        {"I'll look.",
+         {{"get_weather", "{\"location\":\"Paris, France\",\"days\":3,\"opts\":{\"unit\":\"c\"},\"note\":\"line one\\nline two\"}"}}});
+  check(ToolCallFormat::kHermes, "<tool_call>\n<function=now>\n</function>\n</tool_call>", {"", {{"now", "{}"}}});
+  check(ToolCallFormat::kHermes, "<tool_call><function=f><parameter=a>1</function></tool_call>",
+        {"<tool_call><function=f><parameter=a>1</function></tool_call>", {}});
+}
+
 TEST(ToolCalls, PlainTextKeepsWhitespace) {
   check(ToolCallFormat::kHermes, "  Hello,\n world!\n\n", {"  Hello,\n world!\n\n", {}});
   check(ToolCallFormat::kMistral, "a < b and [x] ", {"a < b and [x] ", {}});
@@ -211,6 +223,7 @@ TEST(ToolCalls, StreamingEqualsWholeParse) {
       {ToolCallFormat::kHermes, "<tool_call>{\"name\": \"a\"}</tool_call>\n<tool_call>{\"name\": \"b\", "
                                 "\"arguments\": {}}</tool_call> done"},
       {ToolCallFormat::kHermes, "no calls here, just < and <tool and <tool_cal text\n"},
+      {ToolCallFormat::kHermes, "x\n<tool_call>\n<function=f>\n<parameter=q>\na < b\n</parameter>\n</function>\n</tool_call>"},
       {ToolCallFormat::kHermes, "x <tool_call>broken</tool_call> y <tool_call>{\"name\": \"z\"}"},
       {ToolCallFormat::kLlama3Json, "{\"name\": \"f\", \"parameters\": {\"a\": [1, {\"b\": \"}\"}]}}"},
       {ToolCallFormat::kLlama3Json, "  plain answer with {braces}  "},
