@@ -170,6 +170,15 @@ struct Tokenizer::Impl {
 Tokenizer::Tokenizer(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}
 
 Tokenizer Tokenizer::from_json(const Json& j, const Json& config) {
+  try {
+    return from_json_checked(j, config);
+  } catch (const nlohmann::json::exception& e) {
+    // A field of an unexpected JSON type deep in the file.
+    fail("tokenizer.json: malformed (", e.what(), ")");
+  }
+}
+
+Tokenizer Tokenizer::from_json_checked(const Json& j, const Json& config) {
   const std::string where = "tokenizer.json";
   if (!j.is_object()) fail(where, ": not a JSON object");
   auto impl = std::make_shared<Impl>();

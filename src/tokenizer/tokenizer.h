@@ -86,6 +86,7 @@ class Tokenizer {
  private:
   struct Impl;
   explicit Tokenizer(std::shared_ptr<const Impl> impl);
+  static Tokenizer from_json_checked(const Json& tokenizer_json, const Json& config);
   std::shared_ptr<const Impl> impl_;
   friend class StreamDecoder;
 };

@@ -201,6 +201,47 @@ TEST(StreamDecoder, RealVocabulariesRandomSplits) {
   if (!loaded) GTEST_SKIP() << "assets not fetched (scripts/fetch-assets.sh)";
 }
 
+TEST(Tokenizer, ArbitraryIdsNeverCrash) {
+  // Decoding and streaming random ids (including ones outside the vocabulary and lone
+  // byte-fallback / partial byte-level tokens) always yields valid UTF-8.
+  std::mt19937 rng(9);
+  std::vector<Tokenizer> toks = {Tokenizer::from_json(byte_level_json({{"a", "b"}})),
+                                 Tokenizer::from_json(sentencepiece_json())};
+  for (const Tokenizer& t : toks) {
+    for (int round = 0; round < 200; ++round) {
+      std::vector<int32_t> ids;
+      for (int k = 0; k < 1 + int(rng() % 20); ++k) ids.push_back(int32_t(rng() % (t.vocab_size() + 10)) - 2);
+      EXPECT_EQ(utf8_invalid_offset(t.decode(ids)), std::string::npos);
+      StreamDecoder d(t, round % 2 == 0);
+      std::string out;
+      for (int32_t id : ids) out += d.step(id);
+      out += d.flush();
+      EXPECT_EQ(utf8_invalid_offset(out), std::string::npos);
+    }
+  }
+}
+
+TEST(Tokenizer, MalformedJsonIsAnError) {
+  // Structural damage anywhere in tokenizer.json is an astrai::Error, never a crash.
+  Json good = sentencepiece_json();
+  const char* paths[] = {"/model/vocab", "/model/merges", "/model/merges/0", "/model/unk_token", "/added_tokens/0/id",
+                         "/pre_tokenizer/replacement", "/decoder/decoders/0", "/post_processor/single/0",
+                         "/post_processor/special_tokens"};
+  for (const char* path : paths) {
+    for (const Json& junk : {Json(42), Json("x y z"), Json::array({1, 2}), Json::object()}) {
+      Json bad = good;
+      bad[Json::json_pointer(path)] = junk;
+      try {
+        Tokenizer t = Tokenizer::from_json(bad);
+        t.decode(t.encode("hello w\xC3\xA9rld"));
+      } catch (const Error&) {
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << path << ": non-astrai exception " << e.what();
+      }
+    }
+  }
+}
+
 TEST(Trainer, DeterministicAndLoadable) {
   std::string text;
   std::mt19937 rng(5);
