@@ -10,7 +10,12 @@ namespace {
 using infer::ChoiceDelta;
 using infer::FinishReason;
 
-std::string token_bytes(int32_t id) { return id == 7 ? std::string("\xE2\x82") : "t" + std::to_string(id); }
+std::string token_bytes(int32_t id) {
+  if (id == 7) return "\xE2\x82";  // the first half of a 3-byte character
+  std::string s = "t";
+  s += std::to_string(id);
+  return s;
+}
 
 ChoiceDelta delta(int index, std::vector<int32_t> ids, std::string text, FinishReason finish = FinishReason::kNone) {
   ChoiceDelta d;
