@@ -447,13 +447,13 @@ Interpreter::Flow Interpreter::exec_stmt(const Stmt& s, const std::shared_ptr<Fr
       }
       return Flow::kNormal;
     }
-    case Stmt::Kind::kMacro: frame->vars[s.name] = make_macro(s, frame, Value()); return Flow::kNormal;
+    case Stmt::Kind::kMacro: frame->vars[s.name] = make_macro(s, frame); return Flow::kNormal;
     case Stmt::Kind::kCallBlock: {
       const Expr& call = *s.expr;
       Value callee = eval(*call.children[0], frame);
       Args args;
       eval_args(call, frame, args);
-      args.keyword.emplace_back("caller", make_macro(s, frame, Value()));
+      args.keyword.emplace_back("caller", make_macro(s, frame));
       try {
         out += this->call(callee, args, s.line).to_str();
       } catch (const Error& e) {
@@ -532,10 +532,14 @@ void Interpreter::exec_for(const Stmt& s, const std::shared_ptr<Frame>& frame, s
   if (n == 0) exec(s.else_body, frame, out);
 }
 
-Value Interpreter::make_macro(const Stmt& s, const std::shared_ptr<Frame>& closure, const Value& /*unused*/) {
+Value Interpreter::make_macro(const Stmt& s, const std::shared_ptr<Frame>& closure) {
   const Stmt* def = &s;
-  std::shared_ptr<Frame> env = closure;
-  return Value::callable(s.kind == Stmt::Kind::kMacro ? s.name : "caller", [def, env](Interpreter& in, Args& a) {
+  // Weak: the defining frame holds the macro, so a strong reference would be a cycle that leaks
+  // every render. The frame outlives every place the macro's name is visible.
+  std::weak_ptr<Frame> weak_env = closure;
+  return Value::callable(s.kind == Stmt::Kind::kMacro ? s.name : "caller", [def, weak_env](Interpreter& in, Args& a) {
+    std::shared_ptr<Frame> env = weak_env.lock();
+    if (!env) fail("jinja: macro '", def->name, "' called after the scope that defined it ended");
     if (in.call_depth_ >= kMaxCallDepth) fail("jinja: macro calls nested deeper than ", kMaxCallDepth, " (recursion?)");
     struct DepthGuard {
       int& d;

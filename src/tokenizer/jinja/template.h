@@ -53,7 +53,8 @@ class Interpreter {
   Value eval_inner(const Expr& e, const std::shared_ptr<Frame>& frame);
   Value eval_filter_chain(const Expr* e, const Value& input, const std::shared_ptr<Frame>& frame);
   void eval_args(const Expr& e, const std::shared_ptr<Frame>& frame, Args& args);
-  Value make_macro(const Stmt& s, const std::shared_ptr<Frame>& closure, const Value& caller);
+  // A macro (or a call block's caller) as a callable closing over the defining frame.
+  Value make_macro(const Stmt& s, const std::shared_ptr<Frame>& closure);
   void assign(const std::vector<std::string>& names, const Value& v, Frame& frame, int line);
 
   int call_depth_ = 0;  // nested macro calls
