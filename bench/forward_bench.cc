@@ -103,6 +103,7 @@ double attention_flops(const model::ModelConfig& c, int64_t batch, int64_t len, 
 }  // namespace
 
 int main(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // rows appear as they are measured
   bool quick = false;
   std::string dtypes = "both";
   int threads = 2;

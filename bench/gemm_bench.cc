@@ -41,6 +41,7 @@ double linear_seconds(int64_t m, int64_t n, int64_t k, DType dtype, double min_s
 }  // namespace
 
 int main(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // rows appear as they are measured
   bool quick = false;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--quick") == 0) quick = true;
