@@ -30,6 +30,25 @@ inline float att_dot(const float* a, const float* b, int64_t n) {
   return _mm512_reduce_add_ps(acc);
 }
 
+// Four independent dots of a with rows b, b + stride, ...: each exactly att_dot(a, row, n)
+// (same FMA chain, same reduction), interleaved so the chains overlap.
+inline void att_dot4(const float* a, const float* b, int64_t stride, int64_t n, float* out) {
+  __m512 c0 = _mm512_setzero_ps(), c1 = c0, c2 = c0, c3 = c0;
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = tail_mask(n - i);
+    const __m512 av = _mm512_maskz_loadu_ps(m, a + i);
+    c0 = _mm512_fmadd_ps(av, _mm512_maskz_loadu_ps(m, b + i), c0);
+    c1 = _mm512_fmadd_ps(av, _mm512_maskz_loadu_ps(m, b + stride + i), c1);
+    c2 = _mm512_fmadd_ps(av, _mm512_maskz_loadu_ps(m, b + 2 * stride + i), c2);
+    c3 = _mm512_fmadd_ps(av, _mm512_maskz_loadu_ps(m, b + 3 * stride + i), c3);
+  }
+  out[0] = _mm512_reduce_add_ps(c0);
+  out[1] = _mm512_reduce_add_ps(c1);
+  out[2] = _mm512_reduce_add_ps(c2);
+  out[3] = _mm512_reduce_add_ps(c3);
+}
+#define ASTRAI_HAVE_DOT4 1
+
 inline void att_axpy(float p, const float* x, int64_t n, float* y) {
   const __m512 pv = _mm512_set1_ps(p);
   for (int64_t i = 0; i < n; i += 16) {
@@ -73,7 +92,45 @@ inline void att_softmax(float* s, int64_t n) {
     _mm512_mask_storeu_ps(s + i, k, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, s + i), inv));
   }
 }
+
+// acc[0..NV) += p[i] * v_row(i) for i in [0, n), accumulators kept in registers; per element
+// the same fused multiply-adds in the same order as att_axpy.
+template <int NV>
+inline void pv_run(const float* p, int64_t n, const float* vr, int64_t stride, __mmask16 last, __m512* acc) {
+  for (int64_t i = 0; i < n; ++i) {
+    const __m512 pv = _mm512_set1_ps(p[i]);
+    const float* row = vr + i * stride;
+    for (int j = 0; j < NV - 1; ++j) acc[j] = _mm512_fmadd_ps(pv, _mm512_loadu_ps(row + 16 * j), acc[j]);
+    acc[NV - 1] = _mm512_fmadd_ps(pv, _mm512_maskz_loadu_ps(last, row + 16 * (NV - 1)), acc[NV - 1]);
+  }
+}
+
+// Weighted sum of V rows for one query head, v_dim <= 128. Returns false if v_dim is wider.
+template <typename ForEachRun>
+inline bool pv_registers(const float* p, int64_t v_dim, float* out, ForEachRun&& for_each_run) {
+  const int nv = static_cast<int>((v_dim + 15) / 16);
+  if (nv > 8) return false;
+  const __mmask16 last = tail_mask(v_dim - 16 * (nv - 1));
+  __m512 acc[8];
+  for (auto& a : acc) a = _mm512_setzero_ps();
+  for_each_run([&](int64_t p0, int64_t n, const float* vr, int64_t stride) {
+    switch (nv) {
+      case 1: pv_run<1>(p + p0, n, vr, stride, last, acc); break;
+      case 2: pv_run<2>(p + p0, n, vr, stride, last, acc); break;
+      case 3: pv_run<3>(p + p0, n, vr, stride, last, acc); break;
+      case 4: pv_run<4>(p + p0, n, vr, stride, last, acc); break;
+      case 5: pv_run<5>(p + p0, n, vr, stride, last, acc); break;
+      case 6: pv_run<6>(p + p0, n, vr, stride, last, acc); break;
+      case 7: pv_run<7>(p + p0, n, vr, stride, last, acc); break;
+      default: pv_run<8>(p + p0, n, vr, stride, last, acc); break;
+    }
+  });
+  for (int j = 0; j < nv; ++j) _mm512_mask_storeu_ps(out + 16 * j, j == nv - 1 ? last : 0xffff, acc[j]);
+  return true;
+}
 #else
+template <typename ForEachRun>
+inline bool pv_registers(const float*, int64_t, float*, ForEachRun&&) { return false; }
 inline float att_dot(const float* a, const float* b, int64_t n) { return dot(a, b, n); }
 inline void att_axpy(float p, const float* x, int64_t n, float* y) {
   for (int64_t i = 0; i < n; ++i) y[i] += p * x[i];
@@ -140,15 +197,33 @@ void attention(const float* q, const KvSource& kv, const AttentionSeq* seqs, int
       const float* qh = q + (t * d.num_heads + kvh * groups) * d.qk_dim;
 
       for_each_kv_run(kv, s, kvh, d, len, [&](int64_t p0, int64_t n, const float* kr, const float*) {
-        for (int64_t i = 0; i < n; ++i) {
+        int64_t i0 = 0;
+#ifdef ASTRAI_HAVE_DOT4
+        for (; i0 + 4 <= n; i0 += 4) {
+          for (int64_t g = 0; g < groups; ++g) {
+            float* sg = scores + g * max_len + p0 + i0;
+            att_dot4(qh + g * d.qk_dim, kr + i0 * k_stride, k_stride, d.qk_dim, sg);
+            for (int j = 0; j < 4; ++j) sg[j] *= d.scale;
+          }
+        }
+#endif
+        for (int64_t i = i0; i < n; ++i) {
           const float* krow = kr + i * k_stride;
           for (int64_t g = 0; g < groups; ++g) scores[g * max_len + p0 + i] = att_dot(qh + g * d.qk_dim, krow, d.qk_dim) * d.scale;
         }
       });
-      for (int64_t g = 0; g < groups; ++g) {
-        att_softmax(scores + g * max_len, len);
-        std::fill(acc + g * d.v_dim, acc + (g + 1) * d.v_dim, 0.0f);
+      for (int64_t g = 0; g < groups; ++g) att_softmax(scores + g * max_len, len);
+      bool done = true;
+      for (int64_t g = 0; g < groups && done; ++g) {
+        float* o = out + (t * d.num_heads + kvh * groups + g) * d.v_dim;
+        done = pv_registers(scores + g * max_len, d.v_dim, o, [&](auto&& run) {
+          for_each_kv_run(kv, s, kvh, d, len, [&](int64_t p0, int64_t n, const float*, const float* vr) {
+            run(p0, n, vr, v_stride);
+          });
+        });
       }
+      if (done) continue;
+      for (int64_t g = 0; g < groups; ++g) std::fill(acc + g * d.v_dim, acc + (g + 1) * d.v_dim, 0.0f);
       for_each_kv_run(kv, s, kvh, d, len, [&](int64_t p0, int64_t n, const float*, const float* vr) {
         for (int64_t i = 0; i < n; ++i) {
           const float* vrow = vr + i * v_stride;
