@@ -136,13 +136,14 @@ Split split_train_val(int64_t n, double val_fraction, uint64_t seed) {
   ASTRAI_CHECK(n >= 0, "split: negative sample count");
   ASTRAI_CHECK(val_fraction >= 0.0 && val_fraction < 1.0, "split: validation fraction must be in [0, 1), got ",
                val_fraction);
+  Split s;
+  if (n == 0) return s;
   int64_t nval = static_cast<int64_t>(std::llround(static_cast<double>(n) * val_fraction));
   if (val_fraction > 0.0 && nval == 0) nval = 1;
-  ASTRAI_CHECK(nval < n || n == 0, "split: ", n, " samples leave nothing to train on with validation fraction ",
+  ASTRAI_CHECK(nval < n, "split: ", n, " samples leave nothing to train on with validation fraction ",
                val_fraction);
   std::vector<int64_t> perm = iota_pool(n);
   shuffle(perm, seed, 0x5EED5B1170ull);
-  Split s;
   s.val.assign(perm.begin(), perm.begin() + nval);
   s.train.assign(perm.begin() + nval, perm.end());
   std::sort(s.val.begin(), s.val.end());

@@ -130,6 +130,7 @@ TEST(Split, FixedSeedDisjointSortedAndSized) {
   for (int64_t i = 0; i < 1000; ++i) EXPECT_EQ(all[i], i);
   EXPECT_EQ(split_train_val(5, 0.01, 1).val.size(), 1u);  // a positive fraction gives at least one
   EXPECT_TRUE(split_train_val(5, 0.0, 1).val.empty());
+  EXPECT_TRUE(split_train_val(0, 0.1, 1).train.empty());
   EXPECT_THAT(error_of([] { split_train_val(1, 0.5, 1); }), ::testing::HasSubstr("nothing to train on"));
   EXPECT_THAT(error_of([] { split_train_val(10, 1.0, 1); }), ::testing::HasSubstr("fraction"));
 }
