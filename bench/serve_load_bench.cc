@@ -176,7 +176,7 @@ int main(int argc, char** argv) {
   CLI::App app{"Server load benchmark: the same workload through the Engine API and through HTTP"};
   std::string model_dir, prompt_range = "16:256", output_range = "16:128";
   int clients = 32, requests = 128, max_running = 64, threads = 0, http_threads = 4;
-  bool json = false;
+  bool json = false, http_first = false;
   app.add_option("--model", model_dir, "Model directory (with tokenizer files)")->required();
   app.add_option("--clients", clients, "Concurrent clients")->capture_default_str();
   app.add_option("--requests", requests, "Requests per run")->capture_default_str();
@@ -186,6 +186,7 @@ int main(int argc, char** argv) {
   app.add_option("--threads", threads, "Compute threads (0 = all)")->capture_default_str();
   app.add_option("--http-threads", http_threads, "Server request workers")->capture_default_str();
   app.add_flag("--json", json, "Print one JSON object");
+  app.add_flag("--http-first", http_first, "Run the HTTP pass before the Engine API pass");
   CLI11_PARSE(app, argc, argv);
   auto range = [](const std::string& s) {
     size_t c = s.find(':');
@@ -202,21 +203,41 @@ int main(int argc, char** argv) {
   eo.kv_cache_bytes = 1ll << 30;
   auto engine = std::make_shared<astrai::infer::Engine>(model, tok, eo);
 
-  // One workload, used by both runs. Random ids from the ordinary vocabulary: unique prompts
-  // (no prefix-cache hits), exact lengths.
-  std::mt19937_64 rng(1234);
-  std::vector<Work> work(static_cast<size_t>(requests));
-  for (size_t i = 0; i < work.size(); ++i) {
-    int plen = std::uniform_int_distribution<int>(pmin, pmax)(rng);
-    for (int k = 0; k < plen; ++k) work[i].prompt.push_back(std::uniform_int_distribution<int32_t>(1000, 100000)(rng));
-    work[i].max_tokens = std::uniform_int_distribution<int>(omin, omax)(rng);
-    work[i].seed = i;
-  }
-  std::vector<Sample> engine_samples(work.size()), http_samples(work.size());
+  // The same workload shape for both runs (prompt and output lengths, seeds), but different
+  // random prompt ids per run: the second run must not be served from the prefix cache.
+  auto make_work = [&](uint64_t ids_seed) {
+    std::mt19937_64 shape(1234), ids(ids_seed);
+    std::vector<Work> work(static_cast<size_t>(requests));
+    for (size_t i = 0; i < work.size(); ++i) {
+      int plen = std::uniform_int_distribution<int>(pmin, pmax)(shape);
+      for (int k = 0; k < plen; ++k) work[i].prompt.push_back(std::uniform_int_distribution<int32_t>(1000, 100000)(ids));
+      work[i].max_tokens = std::uniform_int_distribution<int>(omin, omax)(shape);
+      work[i].seed = i;
+    }
+    return work;
+  };
+  const std::vector<Work> engine_work = make_work(1), http_work = make_work(2);
+  std::vector<Sample> engine_samples(engine_work.size()), http_samples(http_work.size());
   // Warm-up (page faults of the mapped weights, thread pools).
-  engine_request(*engine, work[0]);
+  engine_request(*engine, make_work(3)[0]);
 
-  double engine_wall = run_clients(clients, work.size(), [&](size_t i) { engine_samples[i] = engine_request(*engine, work[i]); });
+  astrai::Json engine_time, http_time;
+  auto step_time = [&](const astrai::infer::EngineStats& a, const astrai::infer::EngineStats& b) {
+    return astrai::Json{{"steps", b.steps - a.steps},
+                        {"schedule_s", b.schedule_seconds - a.schedule_seconds},
+                        {"forward_s", b.forward_seconds - a.forward_seconds},
+                        {"sample_s", b.sample_seconds - a.sample_seconds},
+                        {"step_tokens", b.step_tokens_total - a.step_tokens_total}};
+  };
+  auto run_engine = [&] {
+    auto before = engine->stats();
+    struct Done {
+      std::function<void()> fn;
+      ~Done() { fn(); }
+    } done{[&] { engine_time = step_time(before, engine->stats()); }};
+    return run_clients(clients, engine_work.size(), [&](size_t i) { engine_samples[i] = engine_request(*engine, engine_work[i]); });
+  };
+  double engine_wall = http_first ? 0 : run_engine();
 
   astrai::serve::ServerOptions so;
   so.port = 0;
@@ -225,7 +246,10 @@ int main(int argc, char** argv) {
   astrai::serve::Server server(so, [tok](int32_t id) { return tok->decode(std::vector<int32_t>{id}, false); }, nullptr);
   server.start();
   server.set_engine(engine);
-  double http_wall = run_clients(clients, work.size(), [&](size_t i) { http_samples[i] = http_request(server.port(), work[i]); });
+  auto http_before = engine->stats();
+  double http_wall = run_clients(clients, http_work.size(), [&](size_t i) { http_samples[i] = http_request(server.port(), http_work[i]); });
+  http_time = step_time(http_before, engine->stats());
+  if (http_first) engine_wall = run_engine();
   server.shutdown(5);
 
   Report e = collect(engine_samples, engine_wall), h = collect(http_samples, http_wall);
@@ -243,6 +267,8 @@ int main(int argc, char** argv) {
   astrai::Json out = {{"clients", clients}, {"requests", requests}, {"prompt_tokens", prompt_range},
                       {"output_tokens", output_range}, {"compute_threads", astrai::num_threads()},
                       {"engine_api", row(e)}, {"http", row(h)}};
+  out["engine_api"]["engine_thread"] = engine_time;
+  out["http"]["engine_thread"] = http_time;
   if (json) {
     std::printf("%s\n", out.dump(2).c_str());
     return 0;
@@ -257,6 +283,7 @@ int main(int argc, char** argv) {
                 r["ttft_p50_ms"].get<double>(), r["ttft_p99_ms"].get<double>(), r["itl_p50_ms"].get<double>(),
                 r["itl_p99_ms"].get<double>(), r["e2e_p50_ms"].get<double>(), r["tokens"].get<long long>());
   }
+  for (const char* k : {"engine_api", "http"}) std::printf("%-10s engine thread: %s\n", k, out[k]["engine_thread"].dump().c_str());
   double overhead = 1.0 - out["http"]["tokens_per_s"].get<double>() / out["engine_api"]["tokens_per_s"].get<double>();
   std::printf("server throughput overhead: %.1f%%\n", overhead * 100);
   return 0;
