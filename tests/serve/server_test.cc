@@ -291,8 +291,14 @@ TEST(Server, DisconnectCancelsAndReturnsPages) {
     ASSERT_GT(n, 0);
     got.append(buf, static_cast<size_t>(n));
   }
-  Json during = stats(rig.port);
-  EXPECT_EQ(during["running"], 1);
+  // The engine publishes its counters between steps: allow it one to show the request.
+  Json during;
+  for (int i = 0; i < 200; ++i) {
+    during = stats(rig.port);
+    if (during["running"] == 1 && during["kv_pages_used"].get<int>() > 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_EQ(during["running"], 1) << got << "\n" << during.dump();
   EXPECT_GT(during["kv_pages_used"].get<int>(), 0);
   ::close(fd);
   Json after;
