@@ -33,14 +33,17 @@ class StreamDecoder {
   void reset();
 
  private:
-  // Held-back tokens are released anyway after this many (a UTF-8 character spans at
-  // most 4 bytes, hence at most 4 tokens; a longer U+FFFD tail is real text).
+  // Tokens adding no text are carried at most this many steps.
   static constexpr size_t kMaxPending = 8;
+  // Text ending in U+FFFD (possibly an incomplete character) is held back; after this
+  // many pending tokens (a run of real U+FFFD) it is released, so work stays bounded.
+  static constexpr size_t kForceAdvance = 64;
   Tokenizer tokenizer_;
   bool skip_special_;
   std::vector<int32_t> window_;  // context tokens, then pending tokens
   size_t context_ = 0;           // how many leading tokens of window_ are context
   std::string context_text_;     // decode(window_[0, context_))
+  size_t emitted_ = 0;           // bytes after context_text_ already returned
 };
 
 }  // namespace astrai::tokenizer
