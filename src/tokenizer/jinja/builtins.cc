@@ -455,7 +455,7 @@ Value f_map(Interpreter& in, const Value& v, Args& a) {
 
 // |attr is getattr() only: a dict's keys are not its attributes (its methods are).
 Value f_attr(Interpreter&, const Value& v, Args& a) {
-  const std::string& name = need_str(arg_or(a, 0, "name", Value()), "attr");
+  std::string name = need_str(arg_or(a, 0, "name", Value()), "attr");
   if (v.is_undefined() || v.is_namespace()) return get_attr(v, name);
   return get_method(v, name);
 }
@@ -870,7 +870,7 @@ Value string_method(const std::string& s, const std::string& name, Args& a) {
   }
   if (name == "find" || name == "rfind" || name == "index" || name == "rindex") {
     if (a.positional.size() > 1) fail("jinja: str.", name, " with start/end is not supported");
-    const std::string& sub = need_str(arg_or(a, 0, "sub", Value()), name.c_str());
+    std::string sub = need_str(arg_or(a, 0, "sub", Value()), name.c_str());
     size_t p = name[0] == 'r' ? s.rfind(sub) : s.find(sub);
     if (p == std::string::npos) {
       if (name.find("index") != std::string::npos) fail("jinja: substring not found");
@@ -879,7 +879,7 @@ Value string_method(const std::string& s, const std::string& name, Args& a) {
     return Value(char_index(s, p));
   }
   if (name == "count") {
-    const std::string& sub = need_str(arg_or(a, 0, "sub", Value()), "count");
+    std::string sub = need_str(arg_or(a, 0, "sub", Value()), "count");
     if (sub.empty()) return Value(static_cast<int64_t>(utf8_length(s) + 1));
     int64_t n = 0;
     for (size_t p = s.find(sub); p != std::string::npos; p = s.find(sub, p + sub.size())) ++n;
@@ -910,7 +910,7 @@ Value string_method(const std::string& s, const std::string& name, Args& a) {
   if (name == "isupper") return Value(str_is_upper(s));
   if (name == "islower") return Value(str_is_lower(s));
   if (name == "removeprefix" || name == "removesuffix") {
-    const std::string& x = need_str(arg_or(a, 0, "prefix", Value()), name.c_str());
+    std::string x = need_str(arg_or(a, 0, "prefix", Value()), name.c_str());
     bool suffix = name == "removesuffix";
     if (x.size() <= s.size() &&
         (suffix ? s.compare(s.size() - x.size(), x.size(), x) == 0 : s.compare(0, x.size(), x) == 0))
