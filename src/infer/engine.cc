@@ -419,6 +419,7 @@ void Engine::Impl::step() {
   }
   const double t_forward = timer.seconds();
   scheduler_.commit_step();
+  uint64_t sampled = 0;  // tokens generated this step, for stats
   for (size_t i = 0; i < items_.size(); ++i) {
     Sequence* seq = items_[i].seq;
     if (seq->finished) continue;
@@ -436,10 +437,14 @@ void Engine::Impl::step() {
       Active& active = active_.at(seq->req);
       for (size_t c = 1; c < active.seqs.size(); ++c) {
         std::vector<float> copy(row_copy_);
-        if (!active.seqs[c]->finished) sample(active.seqs[c].get(), copy.data());
+        if (!active.seqs[c]->finished) {
+          sample(active.seqs[c].get(), copy.data());
+          ++sampled;
+        }
       }
     }
     sample(seq, row);
+    ++sampled;
   }
   for (RequestState* req : completed_) complete(req);
   completed_.clear();
@@ -447,6 +452,7 @@ void Engine::Impl::step() {
   std::lock_guard<std::mutex> lock(stats_mu_);
   stats_.steps++;
   stats_.step_tokens_total += tokens;
+  stats_.tokens_generated += sampled;
   stats_.schedule_seconds += t_schedule;
   stats_.forward_seconds += t_forward - t_schedule;
   stats_.sample_seconds += t_total - t_forward;

@@ -70,6 +70,7 @@ TEST(Engine, GreedyMatchesFullRecomputation) {
   EXPECT_EQ(res.prompt_tokens, 37);
   EXPECT_EQ(res.completion_tokens, 20);
   expect_pool_full(*rig.engine);
+  EXPECT_EQ(rig.engine->stats().tokens_generated, 20u);
 }
 
 EngineOptions small(int32_t page_size, int64_t pages, int32_t step_tokens) {
