@@ -15,7 +15,8 @@
 // accumulators; each step of 16 k loads kMr + 8 vectors for 24 FMAs. Both operands are
 // contiguous along K in their natural layouts (x [M, K], W [N, K]). For many rows W is packed
 // (bf16/f16 widened to f32) per block of rows × kKb into one sequential stream that stays in
-// L2 while every row tile of x passes over it; for few rows (decode, memory-bound) W is read in
+// L2 while every row tile of x passes over it (up to 64 rows: 8 W rows × kKb at a time, in
+// L1, each widened once for all rows); for few rows (decode, memory-bound) W is read in
 // place, converted inside the loop, 8 rows at a time over the whole K so the prefetchers see
 // 8 sequential streams, with the rows split over the threads.
 #include "kernels/cpu/matmul.h"
@@ -44,6 +45,7 @@ constexpr int64_t kKb = 256;          // K block of the reduction order (never t
 constexpr int64_t kSmallM = 8;        // up to this many rows: weights read in place
 constexpr int64_t kPackRows = 128;    // W rows per packed block (128 x 256 x 4 B = 128 KiB)
 constexpr int64_t kRowBlock = 192;    // x rows per pass over a packed block (multiple of kMr)
+constexpr int64_t kL1PackM = 64;      // up to this many rows: W packed 8 rows x kKb at a time (L1)
 constexpr int64_t kBlasMinRows = 16;  // non-invariant mode: BLAS from this many rows
 
 std::atomic<bool> g_batch_invariant{true};
@@ -217,6 +219,10 @@ void pack_block(const void* w, int64_t ld, int64_t rows, int64_t k0, int64_t kc,
   }
 }
 
+// Rows of the next register tile when `rem` rows are left: 3s, with a 1-row remainder turned
+// into two 2-row tiles (a 1-row tile loads a weight vector per 8 FMAs). Values never depend on it.
+inline int64_t tile_rows(int64_t rem) { return rem >= 4 && rem % kMr == 1 ? 2 : std::min<int64_t>(kMr, rem); }
+
 template <DType T>
 void linear_invariant(const float* x, int64_t m, const WeightView& w, const float* bias, float* y) {
   const int64_t n = w.rows, kk = w.cols;
@@ -229,39 +235,75 @@ void linear_invariant(const float* x, int64_t m, const WeightView& w, const floa
     const int t = omp_get_thread_num(), nt = omp_get_num_threads();
     // A contiguous share of whole 8-row groups per thread (the partition never affects values).
     const int64_t r0 = std::min(n, groups * t / nt * kNr), r1 = std::min(n, groups * (t + 1) / nt * kNr);
-    thread_local std::vector<float> packed;
-    if (pack && r0 < r1) packed.resize(static_cast<size_t>(kPackRows * kKb));
-    const int64_t nc = pack ? kPackRows : kNr;
-    // Rows of x per pass: their partial sums y[mb rows, nc cols] stay in L2 across the K
-    // blocks. Re-packing the W block for every pass costs well under 1% of the FMAs.
-    const int64_t mc = pack ? kRowBlock : m;
-    for (int64_t nb0 = r0; nb0 < r1; nb0 += nc) {
-      const int64_t nb1 = std::min(r1, nb0 + nc);
-      for (int64_t mb0 = 0; mb0 < m; mb0 += mc) {
-        const int64_t mb1 = std::min(m, mb0 + mc);
+    if (!pack) {
+      // Decode: W read in place, 8 rows at a time over the whole K; every row tile of x passes
+      // over each 8 x kKb block of weights while it is in L1.
+      for (int64_t j = r0; j < r1; j += kNr) {
+        const int nr = static_cast<int>(std::min<int64_t>(kNr, r1 - j));
         for (int64_t k0 = 0; k0 < kk; k0 += kKb) {
           const int64_t kc = std::min(kKb, kk - k0);
           const bool first = k0 == 0, last = k0 + kc == kk;
-          if (pack) pack_block<T>(wb + nb0 * kk * esz, kk, nb1 - nb0, k0, kc, packed.data());
-          const int64_t steps = (kc + 15) / 16;
-          for (int64_t i = mb0; i < mb1; i += kMr) {
-            const int64_t mr = std::min<int64_t>(kMr, mb1 - i);
-            for (int64_t j = nb0; j < nb1; j += kNr) {
-              const int nr = static_cast<int>(std::min<int64_t>(kNr, nb1 - j));
-              const float* bj = last && bias ? bias + j : nullptr;
-              if (pack) {
+          const float* bj = last && bias ? bias + j : nullptr;
+          for (int64_t i = 0; i < m;) {
+            const int64_t mr = tile_rows(m - i);
+            // Prefetch the next group of 8 rows (contiguous, 8 * kk elements further) in step
+            // with this one; short rows keep the hardware prefetchers from ramping up on each
+            // group's 8 streams.
+            const char* pf = i == 0 && j + 2 * kNr <= r1
+                                 ? reinterpret_cast<const char*>(wb + ((j + kNr) * kk + 8 * k0) * esz)
+                                 : nullptr;
+            tile_fn<T, RowMajor>(mr)(x + i * kk + k0, kk, wb + (j * kk + k0) * esz, kk, kc, nr, y + i * n + j, n,
+                                     first, bj, pf);
+            i += mr;
+          }
+        }
+      }
+    } else if (m <= kL1PackM) {
+      // Decode batches: each group of 8 W rows x kKb is widened once into an L1-resident
+      // buffer that every row tile of x reuses; x's K block (m x kKb) stays in L2 across the
+      // groups of a 128-row block.
+      alignas(64) float small[kNr * kKb];
+      for (int64_t nb0 = r0; nb0 < r1; nb0 += kPackRows) {
+        const int64_t nb1 = std::min(r1, nb0 + kPackRows);
+        for (int64_t k0 = 0; k0 < kk; k0 += kKb) {
+          const int64_t kc = std::min(kKb, kk - k0);
+          const bool first = k0 == 0, last = k0 + kc == kk;
+          for (int64_t j = nb0; j < nb1; j += kNr) {
+            const int nr = static_cast<int>(std::min<int64_t>(kNr, nb1 - j));
+            const float* bj = last && bias ? bias + j : nullptr;
+            pack_block<T>(wb + j * kk * esz, kk, nr, k0, kc, small);
+            for (int64_t i = 0; i < m;) {
+              const int64_t mr = tile_rows(m - i);
+              tile_fn<DType::kF32, Packed>(mr)(x + i * kk + k0, kk, small, 0, kc, nr, y + i * n + j, n, first, bj,
+                                               nullptr);
+              i += mr;
+            }
+          }
+        }
+      }
+    } else {
+      thread_local std::vector<float> packed;
+      if (r0 < r1) packed.resize(static_cast<size_t>(kPackRows * kKb));
+      // Rows of x per pass: their partial sums y[mb rows, 128 cols] stay in L2 across the K
+      // blocks. Re-packing the W block for every pass costs well under 1% of the FMAs.
+      for (int64_t nb0 = r0; nb0 < r1; nb0 += kPackRows) {
+        const int64_t nb1 = std::min(r1, nb0 + kPackRows);
+        for (int64_t mb0 = 0; mb0 < m; mb0 += kRowBlock) {
+          const int64_t mb1 = std::min(m, mb0 + kRowBlock);
+          for (int64_t k0 = 0; k0 < kk; k0 += kKb) {
+            const int64_t kc = std::min(kKb, kk - k0);
+            const bool first = k0 == 0, last = k0 + kc == kk;
+            pack_block<T>(wb + nb0 * kk * esz, kk, nb1 - nb0, k0, kc, packed.data());
+            const int64_t steps = (kc + 15) / 16;
+            for (int64_t i = mb0; i < mb1;) {
+              const int64_t mr = tile_rows(mb1 - i);
+              for (int64_t j = nb0; j < nb1; j += kNr) {
+                const int nr = static_cast<int>(std::min<int64_t>(kNr, nb1 - j));
+                const float* bj = last && bias ? bias + j : nullptr;
                 tile_fn<DType::kF32, Packed>(mr)(x + i * kk + k0, kk, packed.data() + (j - nb0) * steps * 16, 0, kc,
                                                  nr, y + i * n + j, n, first, bj, nullptr);
-              } else {
-                // Streaming weights: prefetch the next group of 8 rows (contiguous, 8 * kk
-                // elements further) in step with this one; short rows keep the hardware
-                // prefetchers from ramping up on each group's 8 streams.
-                const char* pf = i == 0 && j + 2 * kNr <= r1
-                                     ? reinterpret_cast<const char*>(wb + ((j + kNr) * kk + 8 * k0) * esz)
-                                     : nullptr;
-                tile_fn<T, RowMajor>(mr)(x + i * kk + k0, kk, wb + (j * kk + k0) * esz, kk, kc, nr, y + i * n + j, n,
-                                         first, bj, pf);
               }
+              i += mr;
             }
           }
         }
