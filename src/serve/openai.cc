@@ -183,6 +183,29 @@ Json token_entry(const std::string& bytes, float logprob) {
   return {{"token", utf8_lossy(bytes)}, {"logprob", logprob}, {"bytes", std::move(b)}};
 }
 
+bool all_choices_finished(const std::vector<ChoiceStream>& choices) {
+  for (const auto& c : choices) {
+    if (!c.finished()) return false;
+  }
+  return true;
+}
+
+// The end of an OpenAI stream: the usage chunk (an empty choices array), when asked, then [DONE].
+std::string end_of_stream(bool include_usage, Json empty_chunk, const Usage& usage) {
+  std::string out;
+  if (include_usage) {
+    empty_chunk["usage"] = usage_json(usage);
+    out += sse_data(empty_chunk);
+  }
+  out += "data: [DONE]\n\n";
+  return out;
+}
+
+// A failure after the stream started: an error event, then [DONE].
+std::string stream_error(const std::string& message) {
+  return sse_data(error_json(Protocol::kOpenAi, 500, message)) + "data: [DONE]\n\n";
+}
+
 }  // namespace
 
 ChatRequest parse_chat_request(const Json& body, const std::string& served_model) {
@@ -371,27 +394,13 @@ std::string ChatWriter::push(const infer::ChoiceDelta& delta) {
   return out;
 }
 
-bool ChatWriter::all_finished() const {
-  for (const auto& c : choices_) {
-    if (!c.finished()) return false;
-  }
-  return true;
-}
+bool ChatWriter::all_finished() const { return all_choices_finished(choices_); }
 
 std::string ChatWriter::finish(const Usage& usage) const {
-  std::string out;
-  if (include_usage_) {
-    Json j = chunk(Json::array());
-    j["usage"] = usage_json(usage);
-    out += sse_data(j);
-  }
-  out += "data: [DONE]\n\n";
-  return out;
+  return end_of_stream(include_usage_, chunk(Json::array()), usage);
 }
 
-std::string ChatWriter::error(const std::string& message) const {
-  return sse_data(error_json(Protocol::kOpenAi, 500, message)) + "data: [DONE]\n\n";
-}
+std::string ChatWriter::error(const std::string& message) const { return stream_error(message); }
 
 Json ChatWriter::response(const Usage& usage) const {
   Json choices = Json::array();
@@ -514,27 +523,13 @@ std::string CompletionWriter::push(const infer::ChoiceDelta& delta) {
                                                                      : Json(nullptr)}}})));
 }
 
-bool CompletionWriter::all_finished() const {
-  for (const auto& c : choices_) {
-    if (!c.finished()) return false;
-  }
-  return true;
-}
+bool CompletionWriter::all_finished() const { return all_choices_finished(choices_); }
 
 std::string CompletionWriter::finish(const Usage& usage) const {
-  std::string out;
-  if (include_usage_) {
-    Json j = chunk(Json::array());
-    j["usage"] = usage_json(usage);
-    out += sse_data(j);
-  }
-  out += "data: [DONE]\n\n";
-  return out;
+  return end_of_stream(include_usage_, chunk(Json::array()), usage);
 }
 
-std::string CompletionWriter::error(const std::string& message) const {
-  return sse_data(error_json(Protocol::kOpenAi, 500, message)) + "data: [DONE]\n\n";
-}
+std::string CompletionWriter::error(const std::string& message) const { return stream_error(message); }
 
 Json CompletionWriter::response(const infer::GenerationResult& result, const Usage& usage) const {
   std::string prompt_text;
