@@ -183,6 +183,19 @@ Json token_entry(const std::string& bytes, float logprob) {
   return {{"token", utf8_lossy(bytes)}, {"logprob", logprob}, {"bytes", std::move(b)}};
 }
 
+// One streamed chunk; with include_usage every chunk but the last carries "usage": null.
+Json stream_chunk(const char* object, const std::string& id, int64_t created, const std::string& model,
+                  bool include_usage, Json choices) {
+  Json j = {{"id", id},
+            {"object", object},
+            {"created", created},
+            {"model", model},
+            {"system_fingerprint", nullptr},
+            {"choices", std::move(choices)}};
+  if (include_usage) j["usage"] = nullptr;
+  return j;
+}
+
 bool all_choices_finished(const std::vector<ChoiceStream>& choices) {
   for (const auto& c : choices) {
     if (!c.finished()) return false;
@@ -316,14 +329,7 @@ ChatWriter::ChatWriter(std::string id, std::string model, int64_t created, const
 }
 
 Json ChatWriter::chunk(Json choices) const {
-  Json j = {{"id", id_},
-            {"object", "chat.completion.chunk"},
-            {"created", created_},
-            {"model", model_},
-            {"system_fingerprint", nullptr},
-            {"choices", std::move(choices)}};
-  if (include_usage_) j["usage"] = nullptr;
-  return j;
+  return stream_chunk("chat.completion.chunk", id_, created_, model_, include_usage_, std::move(choices));
 }
 
 Json ChatWriter::logprobs_json(const std::vector<infer::TokenLogprob>& lps) const {
@@ -448,14 +454,7 @@ CompletionWriter::CompletionWriter(std::string id, std::string model, int64_t cr
 }
 
 Json CompletionWriter::chunk(Json choices) const {
-  Json j = {{"id", id_},
-            {"object", "text_completion"},
-            {"created", created_},
-            {"model", model_},
-            {"system_fingerprint", nullptr},
-            {"choices", std::move(choices)}};
-  if (include_usage_) j["usage"] = nullptr;
-  return j;
+  return stream_chunk("text_completion", id_, created_, model_, include_usage_, std::move(choices));
 }
 
 void CompletionWriter::append_logprobs(Json* lp, const std::vector<infer::TokenLogprob>& lps,
