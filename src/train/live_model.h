@@ -1,17 +1,13 @@
-// Bridges between the trainer and the model layer: the trainer's Arch from a
-// model::ModelConfig, and inference views over the trainer's live parameters.
+// Bridges between the trainer and the model layer: inference views over the trainer's live
+// parameters and HF checkpoints of them.
 #pragma once
 
 #include "model/config.h"
 #include "model/transformer.h"
 #include "model/weights.h"
-#include "train/arch.h"
 #include "train/model.h"
 
 namespace astrai::train {
-
-// Rejects what the training backward does not implement (MLA, mlp_bias, dynamic RoPE scaling).
-Arch arch_from_model_config(const model::ModelConfig& config);
 
 // ModelWeights whose tensors are views of the trainer's parameter buffer (no copy): a
 // Transformer built on them sees every optimizer update (GRPO rollouts on live weights).

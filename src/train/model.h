@@ -3,9 +3,14 @@
 // every layer. Layers (pre-norm decoder, HF Llama/Qwen semantics):
 //   x = embed[tokens]
 //   per layer: h = rmsnorm(x); q,k,v = h·W^T (+b); [qk-norm]; rope(q,k); a = attn(q,k,v)
+//              (MLA: q = h·Wq^T; [k_nope|k_rope|v] per kv head = rmsnorm(h·Wkv_a^T)·Wkv_b^T;
+//              RoPE on the trailing qk_rope_head_dim of q and k)
 //              [a ∘= sigmoid(h·Wg^T)]; x += a·Wo^T (+bo)
-//              h = rmsnorm(x); x += (silu(h·Wgate^T) ∘ h·Wup^T)·Wdown^T
+//              h = rmsnorm(x); x += (silu(h·Wgate^T (+b)) ∘ (h·Wup^T (+b)))·Wdown^T (+b)
 //   logits = rmsnorm(x)·Wlm^T (Wlm = embed when tied)
+// The configuration is model::ModelConfig itself (the forward's), and RoPE tables come from
+// model::rope_inv_freq_into per packed document (dynamic NTK scaling rescales per document,
+// as the inference forward does per sequence).
 // With `recompute`, only each layer's input is kept and the rest is recomputed in the
 // backward (one layer's activations live at a time).
 #pragma once
@@ -16,7 +21,7 @@
 #include <vector>
 
 #include "kernels/cpu/rope_backward.h"
-#include "train/arch.h"
+#include "model/config.h"
 #include "train/params.h"
 #include "train/train_batch.h"
 
@@ -24,11 +29,11 @@ namespace astrai::train {
 
 class TrainModel {
  public:
-  explicit TrainModel(const Arch& arch, bool recompute = false);
+  explicit TrainModel(const model::ModelConfig& config, bool recompute = false);
   TrainModel(const TrainModel&) = delete;
   TrainModel& operator=(const TrainModel&) = delete;
 
-  const Arch& arch() const { return arch_; }
+  const model::ModelConfig& config() const { return cfg_; }
   const ParamLayout& layout() const { return layout_; }
   FloatBuffer& params() { return params_; }
   const FloatBuffer& params() const { return params_; }
@@ -41,7 +46,7 @@ class TrainModel {
   // Copies named tensors (any dtype, HF names) into the parameters; every parameter must be
   // present with its exact shape.
   void load_weights(const std::map<std::string, Tensor>& tensors, const std::string& where);
-  // A frozen copy (for DPO/GRPO reference policies): same arch, parameters copied, no grads used.
+  // A frozen copy (for DPO/GRPO reference policies): same config, parameters copied, no grads used.
   void copy_parameters_from(const TrainModel& other);
 
   // Runs the forward and returns logits [num_tokens, vocab], valid until the next forward.
@@ -53,20 +58,23 @@ class TrainModel {
  private:
   struct LayerActs {
     float *x_in, *xn1, *rstd1, *q_raw, *k_raw, *rstd_q, *rstd_k, *q, *k, *v, *att, *lse, *gs, *y,
-        *x_mid, *xn2, *rstd2, *a, *b, *h;
+        *x_mid, *xn2, *rstd2, *a, *b, *h,
+        *lat_raw, *rstd_kv, *lat;  // MLA: kv_a_proj output, its rstd, after kv_norm
   };
   void ensure_buffers(int64_t tokens);
   void layer_forward(int64_t l, const TrainBatch& batch, const LayerActs& A, float* x_out);
   void layer_backward(int64_t l, const TrainBatch& batch, const LayerActs& A, float* dres);
+  void rope_tables(const TrainBatch& batch);
+  void rope(float* x, int64_t tokens, int64_t heads, bool inverse) const;
 
-  Arch arch_;
+  model::ModelConfig cfg_;
   bool recompute_;
   ParamLayout layout_;
   FloatBuffer params_, grads_;
   ModelTensors p_, g_;
-  std::vector<float> inv_freq_;
-  float rope_scale_ = 1.0f;
-  kernels::RopeTable rope_;
+  std::vector<double> inv_freq_;  // static scaling: computed once; dynamic: per document
+  kernels::RopeTable rope_;        // per-row cos/sin [tokens, rope_dim / 2], indexed by row_ids_
+  std::vector<int32_t> row_ids_;
 
   int64_t capacity_ = 0;  // tokens the activation buffers hold
   FloatBuffer acts_, scratch_;
@@ -74,7 +82,8 @@ class TrainModel {
   float *x_final_ = nullptr, *xf_ = nullptr, *rstd_f_ = nullptr, *logits_ = nullptr;
   // Backward scratch.
   float *d_res_ = nullptr, *d_xn_ = nullptr, *d_q_ = nullptr, *d_k_ = nullptr, *d_v_ = nullptr,
-        *d_att_ = nullptr, *d_y_ = nullptr, *d_a_ = nullptr, *d_b_ = nullptr, *d_h_ = nullptr;
+        *d_att_ = nullptr, *d_y_ = nullptr, *d_a_ = nullptr, *d_b_ = nullptr, *d_h_ = nullptr,
+        *kvb_ = nullptr, *d_lat_ = nullptr;
 };
 
 }  // namespace astrai::train

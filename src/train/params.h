@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "tensor/tensor.h"
-#include "train/arch.h"
+#include "model/config.h"
 
 namespace astrai::train {
 
@@ -24,10 +24,11 @@ struct ParamSpec {
   bool is_embedding = false;
 };
 
-// Names, shapes and offsets of every parameter of an Arch, in a fixed order.
+// Names, shapes and offsets of every parameter of a model::ModelConfig, in a fixed order
+// (the names and shapes of model::ModelWeights).
 class ParamLayout {
  public:
-  explicit ParamLayout(const Arch& arch);
+  explicit ParamLayout(const model::ModelConfig& config);
   const std::vector<ParamSpec>& specs() const { return specs_; }
   size_t total() const { return total_; }
   const ParamSpec* find(const std::string& name) const;
@@ -54,15 +55,17 @@ class FloatBuffer {
   size_t size_ = 0;
 };
 
-// Pointers to each tensor of one layer / the model inside a buffer; null when the arch
-// lacks that tensor (biases, qk-norm, gate, untied lm_head).
+// Pointers to each tensor of one layer / the model inside a buffer; null when the config
+// lacks that tensor (biases, qk-norm, gate, MLA or GQA projections, untied lm_head).
 struct LayerTensors {
   float* input_norm = nullptr;
   float *wq = nullptr, *bq = nullptr, *wk = nullptr, *bk = nullptr, *wv = nullptr, *bv = nullptr;
   float *q_norm = nullptr, *k_norm = nullptr, *wgate_attn = nullptr;
+  float *w_kv_a = nullptr, *kv_norm = nullptr, *w_kv_b = nullptr;  // MLA
   float *wo = nullptr, *bo = nullptr;
   float* post_norm = nullptr;
   float *w_gate = nullptr, *w_up = nullptr, *w_down = nullptr;
+  float *b_gate = nullptr, *b_up = nullptr, *b_down = nullptr;  // mlp_bias
 };
 
 struct ModelTensors {
@@ -72,7 +75,7 @@ struct ModelTensors {
   float* lm_head = nullptr;  // == embed when tied
 };
 
-ModelTensors bind_tensors(const Arch& arch, const ParamLayout& layout, float* base);
+ModelTensors bind_tensors(const model::ModelConfig& config, const ParamLayout& layout, float* base);
 
 // Tensor views (sharing the buffer's ownership) named as in HF safetensors, for saving
 // and for building an inference Transformer over the live trained weights.

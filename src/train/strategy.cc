@@ -5,7 +5,7 @@
 namespace astrai::train {
 
 MicroStats CrossEntropyStrategy::run(TrainModel& policy, const TrainBatch& batch, float grad_scale) {
-  const int64_t T = batch.num_tokens(), V = policy.arch().vocab_size;
+  const int64_t T = batch.num_tokens(), V = policy.config().vocab_size;
   MicroStats s;
   s.num_targets = batch.num_targets();
   if (s.num_targets == 0) return s;  // nothing to learn from; contributes no gradient
@@ -19,7 +19,7 @@ MicroStats CrossEntropyStrategy::run(TrainModel& policy, const TrainBatch& batch
 }
 
 MicroStats CrossEntropyStrategy::evaluate(TrainModel& policy, const TrainBatch& batch) {
-  const int64_t T = batch.num_tokens(), V = policy.arch().vocab_size;
+  const int64_t T = batch.num_tokens(), V = policy.config().vocab_size;
   MicroStats s;
   s.num_targets = batch.num_targets();
   if (s.num_targets == 0) return s;
@@ -31,7 +31,7 @@ MicroStats CrossEntropyStrategy::evaluate(TrainModel& policy, const TrainBatch& 
 }
 
 std::vector<double> sequence_logprobs(TrainModel& model, const TrainBatch& batch) {
-  const int64_t T = batch.num_tokens(), V = model.arch().vocab_size;
+  const int64_t T = batch.num_tokens(), V = model.config().vocab_size;
   const float* logits = model.forward(batch);
   std::vector<float> lp(static_cast<size_t>(T));
   kernels::token_logprobs(logits, batch.targets.data(), T, V, lp.data());

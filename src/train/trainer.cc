@@ -138,8 +138,7 @@ void Run::setup_model() {
   ASTRAI_CHECK(o_.model_dir.empty() != o_.config_path.empty(), "give exactly one of --model DIR or --config FILE");
   if (!o_.model_dir.empty()) config_ = model::ModelConfig::load(o_.model_dir);
   else config_ = model::ModelConfig::from_json(read_json_file(o_.config_path), o_.config_path);
-  const Arch arch = arch_from_model_config(config_);
-  model_ = std::make_unique<TrainModel>(arch, o_.recompute);
+  model_ = std::make_unique<TrainModel>(config_, o_.recompute);
   if (!o_.model_dir.empty()) {
     auto contents = model::read_checkpoint_tensors(o_.model_dir);
     model_->load_weights(contents.tensors, o_.model_dir);
@@ -148,8 +147,8 @@ void Run::setup_model() {
   }
   if (!o_.tokenizer_dir.empty()) {
     const auto tok = tokenizer::Tokenizer::load(o_.tokenizer_dir);
-    ASTRAI_CHECK(static_cast<int64_t>(tok.vocab_size()) <= arch.vocab_size, "the tokenizer at ", o_.tokenizer_dir,
-                 " has ", tok.vocab_size(), " tokens but the model's vocab_size is ", arch.vocab_size,
+    ASTRAI_CHECK(static_cast<int64_t>(tok.vocab_size()) <= config_.vocab_size, "the tokenizer at ", o_.tokenizer_dir,
+                 " has ", tok.vocab_size(), " tokens but the model's vocab_size is ", config_.vocab_size,
                  ": tokenizer and model do not match");
   }
   AdamWConfig ac;
@@ -163,7 +162,7 @@ void Run::setup_model() {
 
 void Run::setup_data() {
   auto shards = data::Shards::open(o_.data_dir);
-  shards.check_vocab(model_->arch().vocab_size);
+  shards.check_vocab(model_->config().vocab_size);
   const data::WindowOptions windows = data::row_windows(shards, o_.seq_len);
   data_.emplace(std::move(shards), windows);
   ASTRAI_CHECK(data_->window_size() == o_.seq_len, o_.data_dir, ": windows of ", data_->window_size(),

@@ -51,14 +51,41 @@ CONFIGS = {
                     rope_scaling=dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0,
                                       high_freq_factor=4.0, original_max_position_embeddings=16)),
         label_smoothing=0.0, docs=[[21, 8], [15, 11, 6]]),
-    # SFT (masked CE: prompt tokens excluded), yarn scaling, activation recomputation.
-    "sft_yarn_recompute": dict(
+    # SFT (masked CE: prompt tokens excluded), linear scaling, activation recomputation.
+    "sft_linear_recompute": dict(
         config=dict(model_type="qwen3", vocab_size=71, hidden_size=32, num_hidden_layers=2,
                     num_attention_heads=2, num_key_value_heads=2, head_dim=16, intermediate_size=48,
                     rms_norm_eps=1e-6, rope_theta=10000.0, tie_word_embeddings=False,
                     max_position_embeddings=64,
-                    rope_scaling=dict(rope_type="yarn", factor=4.0, original_max_position_embeddings=16)),
+                    rope_scaling=dict(rope_type="linear", factor=4.0)),
         label_smoothing=0.0, docs=[[12, 7], [16, 9, 5]], train_type="sft", recompute=True),
+    # Reference model with multi-head latent attention, no GQA (4 q heads, 4 kv heads),
+    # qk = nope 6 + rope 4, v_head_dim 5 (!= qk), untied head, o_proj bias (attention_bias).
+    "arlm_mla_untied": dict(
+        config=dict(model_type="autoregressive_lm", vocab_size=59, hidden_size=32, num_hidden_layers=2,
+                    num_attention_heads=4, num_key_value_heads=4, intermediate_size=40,
+                    kv_lora_rank=8, qk_nope_head_dim=6, qk_rope_head_dim=4, v_head_dim=5,
+                    rms_norm_eps=1e-6, rope_theta=10000.0, tie_word_embeddings=False, attention_bias=True),
+        label_smoothing=0.1, docs=[[13, 9, 7], [11, 4]]),
+    # MLA with GQA 4:2, half pairing, sigmoid gate, tied head, mlp_bias, dynamic RoPE scaling
+    # (documents longer and shorter than max_position_embeddings), recomputation.
+    "arlm_mla_gate_tied": dict(
+        config=dict(model_type="autoregressive_lm", vocab_size=53, hidden_size=24, num_hidden_layers=2,
+                    num_attention_heads=4, num_key_value_heads=2, intermediate_size=32,
+                    kv_lora_rank=6, qk_nope_head_dim=4, qk_rope_head_dim=6, v_head_dim=8,
+                    rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=True,
+                    use_gated_attention=True, rope_pairing="half", mlp_bias=True,
+                    max_position_embeddings=16, rope_scaling=dict(type="dynamic", factor=2.0)),
+        label_smoothing=0.0, docs=[[23, 9], [12, 19]], micro=2, recompute=True),
+    # Llama with mlp_bias and dynamic NTK scaling: max_position_embeddings 32, two documents
+    # longer (each with its own base) and one shorter (unscaled).
+    "llama_mlp_bias_dynamic": dict(
+        config=dict(model_type="llama", vocab_size=61, hidden_size=32, num_hidden_layers=2,
+                    num_attention_heads=4, num_key_value_heads=2, intermediate_size=48,
+                    rms_norm_eps=1e-6, rope_theta=10000.0, tie_word_embeddings=False,
+                    mlp_bias=True, max_position_embeddings=32,
+                    rope_scaling=dict(type="dynamic", factor=2.0)),
+        label_smoothing=0.0, docs=[[40, 12, 57]]),
 }
 
 
@@ -92,10 +119,19 @@ def read_safetensors(path):
     return out
 
 
+def mla_dims(c):
+    """(nope, rope, v) widths of one head for MLA configs, None otherwise."""
+    if c["model_type"] != "autoregressive_lm" or not c.get("kv_lora_rank"):
+        return None
+    return c["qk_nope_head_dim"], c["qk_rope_head_dim"], c.get("v_head_dim", c["qk_nope_head_dim"])
+
+
 def param_shapes(c):
     D, I, V = c["hidden_size"], c["intermediate_size"], c["vocab_size"]
     H, KV = c["num_attention_heads"], c.get("num_key_value_heads", c["num_attention_heads"])
     hd = c.get("head_dim", D // H)
+    mla = mla_dims(c)
+    vd = mla[2] if mla else hd
     qkv_bias = c["model_type"] == "qwen2" or c.get("attention_bias", False)
     o_bias = c.get("attention_bias", False) and c["model_type"] != "qwen2"
     qk_norm = c["model_type"] == "qwen3" or c.get("use_qk_norm", False)
@@ -103,34 +139,51 @@ def param_shapes(c):
     for l in range(c["num_hidden_layers"]):
         p = f"model.layers.{l}."
         s[p + "input_layernorm.weight"] = (D,)
-        for n, out in (("q", H * hd), ("k", KV * hd), ("v", KV * hd)):
-            s[p + f"self_attn.{n}_proj.weight"] = (out, D)
-            if qkv_bias:
-                s[p + f"self_attn.{n}_proj.bias"] = (out,)
-        if qk_norm:
-            s[p + "self_attn.q_norm.weight"] = (hd,)
-            s[p + "self_attn.k_norm.weight"] = (hd,)
+        if mla:
+            nope, rope_d, vd = mla
+            R = c["kv_lora_rank"]
+            s[p + "self_attn.q_proj.weight"] = (H * (nope + rope_d), D)
+            s[p + "self_attn.kv_a_proj.weight"] = (R, D)
+            s[p + "self_attn.kv_norm.weight"] = (R,)
+            s[p + "self_attn.kv_b_proj.weight"] = (KV * (nope + rope_d + vd), R)
+        else:
+            for n, out in (("q", H * hd), ("k", KV * hd), ("v", KV * hd)):
+                s[p + f"self_attn.{n}_proj.weight"] = (out, D)
+                if qkv_bias:
+                    s[p + f"self_attn.{n}_proj.bias"] = (out,)
+            if qk_norm:
+                s[p + "self_attn.q_norm.weight"] = (hd,)
+                s[p + "self_attn.k_norm.weight"] = (hd,)
         if c.get("use_gated_attention"):
-            s[p + "self_attn.gate.weight"] = (H * hd, D)
-        s[p + "self_attn.o_proj.weight"] = (D, H * hd)
+            s[p + "self_attn.gate.weight"] = (H * vd, D)
+        s[p + "self_attn.o_proj.weight"] = (D, H * vd)
         if o_bias:
             s[p + "self_attn.o_proj.bias"] = (D,)
         s[p + "post_attention_layernorm.weight"] = (D,)
-        s[p + "mlp.gate_proj.weight"] = (I, D)
-        s[p + "mlp.up_proj.weight"] = (I, D)
-        s[p + "mlp.down_proj.weight"] = (D, I)
+        for n, shape in (("gate", (I, D)), ("up", (I, D)), ("down", (D, I))):
+            s[p + f"mlp.{n}_proj.weight"] = shape
+            if c.get("mlp_bias", False):
+                s[p + f"mlp.{n}_proj.bias"] = (shape[0],)
     s["model.norm.weight"] = (D,)
     if not c.get("tie_word_embeddings", False):
         s["lm_head.weight"] = (V, D)
     return s
 
 
-def inv_freq_and_scale(c, dim):
-    """Hugging Face _compute_*_rope_parameters, in float64 then rounded to float32."""
+def inv_freq_and_scale(c, dim, seq_len):
+    """Hugging Face _compute_*_rope_parameters, in float64 then rounded to float32; the
+    reference autoregressive_lm keeps float64. seq_len: the longest position of the sequence
+    + 1 (dynamic NTK scaling, HF _compute_dynamic_ntk_parameters)."""
     base = c.get("rope_theta", 10000.0)
-    inv = 1.0 / (base ** (np.arange(0, dim, 2, dtype=np.float32).astype(np.float64) / dim))
-    inv = inv.astype(np.float32).astype(np.float64)
     rs = c.get("rope_scaling")
+    if rs and rs.get("rope_type", rs.get("type")) == "dynamic":
+        orig = rs.get("original_max_position_embeddings", c.get("max_position_embeddings", 2048))
+        if seq_len > orig:  # HF only grows the base past the original context
+            f = rs["factor"]
+            base = base * ((f * seq_len / orig) - (f - 1)) ** (dim / (dim - 2))
+    inv = 1.0 / (base ** (np.arange(0, dim, 2, dtype=np.float32).astype(np.float64) / dim))
+    if c["model_type"] != "autoregressive_lm":
+        inv = inv.astype(np.float32).astype(np.float64)
     scale = 1.0
     if rs:
         kind, factor = rs.get("rope_type", rs.get("type")), rs["factor"]
@@ -157,6 +210,8 @@ def inv_freq_and_scale(c, dim):
             pos = 1.0 / inv
             inv = (1.0 / (factor * pos)) * (1 - extrap_factor) + (1.0 / pos) * extrap_factor
             scale = 0.1 * math.log(factor) + 1.0 if factor > 1 else 1.0
+    if c["model_type"] == "autoregressive_lm":
+        return inv, scale
     return inv.astype(np.float32), scale
 
 
@@ -181,11 +236,16 @@ def forward_logits(c, P, ids):
     hd = c.get("head_dim", D // H)
     eps = c.get("rms_norm_eps", 1e-6)
     L = len(ids)
-    inv, scale = inv_freq_and_scale(c, hd)
-    ang = np.arange(L, dtype=np.float32)[:, None] * inv[None, :]
-    cos = torch.from_numpy((np.cos(ang) * np.float32(scale)).astype(np.float32)).double()
-    sin = torch.from_numpy((np.sin(ang) * np.float32(scale)).astype(np.float32)).double()
+    mla = mla_dims(c)
     own = c["model_type"] == "autoregressive_lm"
+    rot = mla[1] if mla else hd
+    inv, scale = inv_freq_and_scale(c, rot, L)
+    if own:  # reference: float64 angles
+        ang = np.arange(L, dtype=np.float64)[:, None] * inv[None, :]
+    else:
+        ang = np.arange(L, dtype=np.float32)[:, None] * inv[None, :]
+    cos = torch.from_numpy((np.cos(ang) * scale).astype(np.float32)).double()
+    sin = torch.from_numpy((np.sin(ang) * scale).astype(np.float32)).double()
     interleaved = c.get("rope_pairing", "adjacent" if own else "half") == "adjacent"
     x = P["model.embed_tokens.weight"][torch.tensor(ids)]
     mask = torch.triu(torch.ones(L, L, dtype=torch.bool), 1)
@@ -197,18 +257,33 @@ def forward_logits(c, P, ids):
             y = h @ g(f"self_attn.{n}_proj.weight").T
             b = g(f"self_attn.{n}_proj.bias")
             return y + b if b is not None else y
-        q, k, v = proj("q").view(L, H, hd), proj("k").view(L, KV, hd), proj("v").view(L, KV, hd)
-        qn = g("self_attn.q_norm.weight") is not None
-        if qn and own:  # the reference normalises after RoPE
-            q, k = rope(q, cos, sin, interleaved), rope(k, cos, sin, interleaved)
-        if qn:
-            q, k = rms(q, g("self_attn.q_norm.weight"), eps), rms(k, g("self_attn.k_norm.weight"), eps)
-        if not (qn and own):
-            q, k = rope(q, cos, sin, interleaved), rope(k, cos, sin, interleaved)
+        if mla:
+            # Multi-head latent attention (reference AstrAI): q from q_proj; a low-rank latent
+            # (kv_a_proj, RMSNorm kv_norm) expanded by kv_b_proj into [k_nope | k_rope | v] per kv
+            # head; RoPE only on the rope parts of q and k.
+            nope, rd, vd = mla
+            qkd = nope + rd
+            q = (h @ g("self_attn.q_proj.weight").T).view(L, H, qkd)
+            lat = rms(h @ g("self_attn.kv_a_proj.weight").T, g("self_attn.kv_norm.weight"), eps)
+            kvb = (lat @ g("self_attn.kv_b_proj.weight").T).view(L, KV, qkd + vd)
+            k_nope, k_rope, v = kvb.split([nope, rd, vd], dim=-1)
+            q_nope, q_rope = q.split([nope, rd], dim=-1)
+            q = torch.cat([q_nope, rope(q_rope, cos, sin, interleaved)], -1)
+            k = torch.cat([k_nope, rope(k_rope, cos, sin, interleaved)], -1)
+        else:
+            qkd = vd = hd
+            q, k, v = proj("q").view(L, H, hd), proj("k").view(L, KV, hd), proj("v").view(L, KV, hd)
+            qn = g("self_attn.q_norm.weight") is not None
+            if qn and own:  # the reference normalises after RoPE
+                q, k = rope(q, cos, sin, interleaved), rope(k, cos, sin, interleaved)
+            if qn:
+                q, k = rms(q, g("self_attn.q_norm.weight"), eps), rms(k, g("self_attn.k_norm.weight"), eps)
+            if not (qn and own):
+                q, k = rope(q, cos, sin, interleaved), rope(k, cos, sin, interleaved)
         k, v = k.repeat_interleave(H // KV, dim=1), v.repeat_interleave(H // KV, dim=1)
-        scores = torch.einsum("ihd,jhd->hij", q, k) / math.sqrt(hd)
+        scores = torch.einsum("ihd,jhd->hij", q, k) / math.sqrt(qkd)
         probs = torch.softmax(scores.masked_fill(mask, float("-inf")), dim=-1)
-        a = torch.einsum("hij,jhd->ihd", probs, v).reshape(L, H * hd)
+        a = torch.einsum("hij,jhd->ihd", probs, v).reshape(L, H * vd)
         if g("self_attn.gate.weight") is not None:
             a = a * torch.sigmoid(h @ g("self_attn.gate.weight").T)
         o = a @ g("self_attn.o_proj.weight").T
@@ -216,7 +291,11 @@ def forward_logits(c, P, ids):
             o = o + g("self_attn.o_proj.bias")
         x = x + o
         h = rms(x, g("post_attention_layernorm.weight"), eps)
-        x = x + (F.silu(h @ g("mlp.gate_proj.weight").T) * (h @ g("mlp.up_proj.weight").T)) @ g("mlp.down_proj.weight").T
+        def mlp(n, inp):
+            y = inp @ g(f"mlp.{n}_proj.weight").T
+            b = g(f"mlp.{n}_proj.bias")
+            return y + b if b is not None else y
+        x = x + mlp("down", F.silu(mlp("gate", h)) * mlp("up", h))
     head = P.get("lm_head.weight", P["model.embed_tokens.weight"])
     return rms(x, P["model.norm.weight"], eps) @ head.T
 

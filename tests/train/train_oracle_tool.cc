@@ -8,6 +8,7 @@
 #include "base/files.h"
 #include "base/json.h"
 #include "base/parallel.h"
+#include "model/config.h"
 #include "train/model.h"
 #include "train/optimizer.h"
 #include "train/safetensors_io.h"
@@ -23,9 +24,10 @@ int main(int argc, char** argv) {
   }
   try {
     const std::string dir = argv[1];
-    const Arch arch = arch_from_hf_config(read_json_file(dir + "/config.json"), dir + "/config.json");
+    // The same parser as every `astrai` command: what the forward accepts, the trainer accepts.
+    const auto config = model::ModelConfig::from_json(read_json_file(dir + "/config.json"), dir + "/config.json");
     const Json c = read_json_file(dir + "/case.json");
-    TrainModel model(arch, c.value("recompute", false));
+    TrainModel model(config, c.value("recompute", false));
     model.load_weights(read_safetensors(dir + "/params.safetensors"), dir + "/params.safetensors");
 
     std::vector<TrainBatch> micro;
