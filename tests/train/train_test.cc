@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <functional>
 #include <random>
@@ -253,6 +254,7 @@ void expect_view_matches_trainer(const Json& config_json, float rel_tol) {
     double worst = 0.0;
     for (size_t i = 0; i < logits.size(); ++i) worst = std::max(worst, std::fabs(double(logits[i]) - ours[i]) / scale);
     EXPECT_LE(worst, rel_tol) << config.summary();
+    std::printf("train vs inference forward, %s: worst relative error %.2e\n", config.summary().c_str(), worst);
   };
   check_same();
   // An optimizer step on the trainer's buffer is seen by the inference view.
