@@ -26,8 +26,8 @@ KvPool::KvPool(const KvLayout& layout, int64_t budget_bytes, int32_t min_pages)
   k_storage_.resize(layout.num_layers);
   v_storage_.resize(layout.num_layers);
   for (int32_t l = 0; l < layout.num_layers; ++l) {
-    k_storage_[l].assign(k_floats, 0.0f);
-    v_storage_[l].assign(v_floats, 0.0f);
+    k_storage_[l] = HugeBuffer(k_floats);  // zero-filled
+    v_storage_[l] = HugeBuffer(v_floats);
     kv_.k_pages.push_back(k_storage_[l].data());
     kv_.v_pages.push_back(v_storage_[l].data());
   }

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "base/huge_buffer.h"
 #include "infer/prefix_cache.h"
 #include "model/batch.h"
 
@@ -81,7 +82,7 @@ class KvPool {
   void evict_one();
 
   KvLayout layout_;
-  std::vector<std::vector<float>> k_storage_, v_storage_;  // one buffer per layer
+  std::vector<HugeBuffer> k_storage_, v_storage_;  // one buffer per layer, huge pages where possible
   model::PagedKv kv_;
   std::vector<int32_t> refcount_;
   std::vector<int32_t> free_;
