@@ -6,15 +6,19 @@
 //   decode:  single-token steps for batch 1 and 8 (128 tokens of context in a paged KV
 //            cache), weight bytes read per second next to a copy probe run in this process.
 // Usage: forward_bench [--quick] [--dtype f32|bf16|both] [--threads N] [--cpu-time]
+//                      [--decode-only] [--ctx N] [--decode-batches 1,8,32] [--kv-heads N]
 //        (--cpu-time: see bench_probes.h, for a busy machine; run it with OMP_WAIT_POLICY=passive)
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "base/huge_buffer.h"
 #include "bench_probes.h"
 #include "kernels/cpu/matmul.h"
 #include "model/transformer.h"
@@ -24,10 +28,10 @@ using namespace astrai;
 
 namespace {
 
-model::ModelConfig bench_config() {
+model::ModelConfig bench_config(int64_t kv_heads) {
   Json j = {{"model_type", "llama"},         {"vocab_size", 32000},         {"hidden_size", 768},
             {"intermediate_size", 2048},     {"num_hidden_layers", 12},     {"num_attention_heads", 12},
-            {"num_key_value_heads", 12},     {"max_position_embeddings", 4096}, {"rms_norm_eps", 1e-6},
+            {"num_key_value_heads", kv_heads},     {"max_position_embeddings", 4096}, {"rms_norm_eps", 1e-6},
             {"rope_theta", 10000.0},         {"tie_word_embeddings", false}};
   return model::ModelConfig::from_json(j, "forward_bench config");
 }
@@ -107,15 +111,30 @@ int main(int argc, char** argv) {
   bool quick = false;
   std::string dtypes = "both";
   int threads = 2;
+  bool decode_only = false;
+  int64_t ctx = 128;
+  int64_t kv_heads = 12;
+  std::vector<int64_t> decode_batches = {1, 8};
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--quick") == 0) quick = true;
     if (std::strcmp(argv[i], "--dtype") == 0 && i + 1 < argc) dtypes = argv[++i];
     if (std::strcmp(argv[i], "--threads") == 0 && i + 1 < argc) threads = std::atoi(argv[++i]);
     if (std::strcmp(argv[i], "--cpu-time") == 0) bench::clock_mode() = bench::Clock::kCpu;
+    if (std::strcmp(argv[i], "--decode-only") == 0) decode_only = true;
+    if (std::strcmp(argv[i], "--ctx") == 0 && i + 1 < argc) ctx = std::atoll(argv[++i]);
+    if (std::strcmp(argv[i], "--kv-heads") == 0 && i + 1 < argc) kv_heads = std::atoll(argv[++i]);
+    if (std::strcmp(argv[i], "--decode-batches") == 0 && i + 1 < argc) {
+      decode_batches.clear();
+      for (const char* p = argv[++i]; *p;) {
+        char* end = nullptr;
+        decode_batches.push_back(std::strtoll(p, &end, 10));
+        p = *end == ',' ? end + 1 : end;
+      }
+    }
   }
   set_num_threads(threads);
   const double t_min = quick ? 0.05 : 0.2;
-  const model::ModelConfig config = bench_config();
+  const model::ModelConfig config = bench_config(kv_heads);
 
   std::printf("load average at the start: %s; clock: %s\n", bench::load_average().c_str(),
               bench::clock_mode() == bench::Clock::kCpu ? "process CPU time / threads (--cpu-time)" : "wall");
@@ -129,6 +148,7 @@ int main(int argc, char** argv) {
 
   std::vector<std::pair<int64_t, int64_t>> grid = {{1, 128}, {1, 512}, {4, 128}, {4, 512}, {8, 512}};
   if (quick) grid = {{1, 128}, {1, 512}};
+  if (decode_only) grid.clear();
 
   // GEMM ceilings on the forward's shapes, measured once (f32 activations; weights f32).
   struct Ceiling { double blas_gflops, ours_gflops, linear_flops; };
@@ -168,21 +188,22 @@ int main(int argc, char** argv) {
     }
 
     // Decode: one new token per sequence after `ctx` cached tokens.
-    const int64_t ctx = 128;
     std::printf("decode (one token per sequence, %ld tokens of context):\n", static_cast<long>(ctx));
     std::printf("%5s | %9s %9s | %10s %8s\n", "batch", "ms/step", "tokens/s", "weight GB/s", "%copy");
     size_t weight_bytes = 0;
     for (const auto& p : model.weights().params(config))
       if (p.shape.size() == 2 && p.name.find("embed_tokens") == std::string::npos) weight_bytes += p.tensor->nbytes();
     if (config.tie_word_embeddings) weight_bytes += model.weights().lm_head.nbytes();
-    for (int64_t b : {1, 8}) {
+    for (int64_t b : decode_batches) {
       model::PagedKv kv = model.kv_geometry(16);
       const int64_t pages_per_seq = (ctx + 1 + kv.page_size - 1) / kv.page_size;
       const size_t page_floats = static_cast<size_t>(kv.page_size) * kv.num_kv_heads * kv.k_head_dim;
-      std::vector<std::vector<float>> kpool, vpool;
+      std::vector<HugeBuffer> kpool, vpool;  // as the engine's KV pool allocates them
       for (int64_t l = 0; l < config.num_hidden_layers; ++l) {
-        kpool.emplace_back(page_floats * b * pages_per_seq, 0.01f);
-        vpool.emplace_back(page_floats * b * pages_per_seq, 0.01f);
+        kpool.emplace_back(page_floats * b * pages_per_seq);
+        vpool.emplace_back(page_floats * b * pages_per_seq);
+        std::fill(kpool.back().data(), kpool.back().data() + kpool.back().size(), 0.01f);
+        std::fill(vpool.back().data(), vpool.back().data() + vpool.back().size(), 0.01f);
         kv.k_pages.push_back(kpool.back().data());
         kv.v_pages.push_back(vpool.back().data());
       }
@@ -194,9 +215,15 @@ int main(int argc, char** argv) {
       }
       std::vector<float> logits(static_cast<size_t>(b * config.vocab_size));
       const double s = bench::best_seconds([&] { model.forward(batch, &kv, ws, logits.data()); }, t_min * 4, 5);
+      ws.profile.reset();
+      ws.profile.enabled = true;
+      for (int r = 0; r < 5; ++r) model.forward(batch, &kv, ws, logits.data());
+      ws.profile.enabled = false;
+      const std::string breakdown = ws.profile.table();
       const double gbs = weight_bytes / s / 1e9;
       std::printf("%5ld | %9.2f %9.1f | %10.1f %7.0f%%\n", static_cast<long>(b), s * 1e3, b / s, gbs,
                   100 * gbs / bw.copy_gbs);
+      std::printf("%s", breakdown.c_str());
     }
   }
   std::printf("\nload average at the end: %s\n", bench::load_average().c_str());

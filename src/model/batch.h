@@ -48,8 +48,9 @@ struct Batch {
 
 // Storage of a paged KV cache, owned by the inference engine; the layout is fixed here so
 // the attention kernel can read K/V through page tables without gathering.
-// Layer l, page p, slot s, kv head h: k_pages[l] + ((p * page_size + s) * num_kv_heads + h) * k_head_dim
-// (the same for v with v_head_dim).
+// Layer l, page p, kv head h, slot s: k_pages[l] + ((p * num_kv_heads + h) * page_size + s) * k_head_dim
+// (the same for v with v_head_dim): head-major, so attention streams one head's rows of a page
+// as one contiguous block.
 struct PagedKv {
   int32_t page_size = 16;
   int32_t num_kv_heads = 0;

@@ -210,7 +210,8 @@ void Transformer::rope_tables(const Batch& b, ForwardWorkspace& ws) const {
   }
 }
 
-void Transformer::attention_block(int64_t layer, const Batch& b, const PagedKv* kv, ForwardWorkspace& ws) const {
+void Transformer::attention_block(int64_t layer, const Batch& b, const PagedKv* kv, ForwardWorkspace& ws,
+                                  ForwardClock& clock) const {
   const ModelConfig& c = config_;
   const LayerWeights& w = weights_.layers[static_cast<size_t>(layer)];
   const LayerVectors& vec = vectors_[static_cast<size_t>(layer)];
@@ -243,13 +244,16 @@ void Transformer::attention_block(int64_t layer, const Batch& b, const PagedKv* 
     linear(xn, t, w.k_proj, vec.k_bias, k);
     linear(xn, t, w.v_proj, vec.v_bias, v);
   }
+  clock.mark(ForwardOp::kQkvProj);
   auto qk_norm = [&] {
     kernels::rmsnorm(q, t * nh, qkd, vec.q_norm.data<float>(), eps, q);
     kernels::rmsnorm(k, t * nkv, qkd, vec.k_norm.data<float>(), eps, k);
+    clock.mark(ForwardOp::kNorm);
   };
   if (c.qk_norm && !c.qk_norm_after_rope) qk_norm();
   kernels::rope_rotate(q, t, nh, qkd, rot_offset, half, ws.cos_.data(), ws.sin_.data(), adjacent);
   kernels::rope_rotate(k, t, nkv, qkd, rot_offset, half, ws.cos_.data(), ws.sin_.data(), adjacent);
+  clock.mark(ForwardOp::kRope);
   if (c.qk_norm && c.qk_norm_after_rope) qk_norm();
 
   kernels::KvSource src;
@@ -260,13 +264,18 @@ void Transformer::attention_block(int64_t layer, const Batch& b, const PagedKv* 
     for (const SeqSpan& sp : b.seqs) {
       for (int64_t j = 0; j < sp.num_tokens; ++j) {
         const int64_t idx = sp.context_len + j;
-        const int64_t slot = static_cast<int64_t>(sp.page_table[static_cast<size_t>(idx / ps)]) * ps + idx % ps;
+        const int64_t page = sp.page_table[static_cast<size_t>(idx / ps)], slot = idx % ps;
         const int64_t row = sp.token_begin + j;
-        std::memcpy(kp + slot * nkv * qkd, k + row * nkv * qkd, static_cast<size_t>(nkv * qkd) * sizeof(float));
-        std::memcpy(vp + slot * nkv * vd, v + row * nkv * vd, static_cast<size_t>(nkv * vd) * sizeof(float));
+        for (int64_t hh = 0; hh < nkv; ++hh) {  // head-major pages (model/batch.h)
+          std::memcpy(kp + ((page * nkv + hh) * ps + slot) * qkd, k + (row * nkv + hh) * qkd,
+                      static_cast<size_t>(qkd) * sizeof(float));
+          std::memcpy(vp + ((page * nkv + hh) * ps + slot) * vd, v + (row * nkv + hh) * vd,
+                      static_cast<size_t>(vd) * sizeof(float));
+        }
       }
     }
     src = kernels::KvSource{kp, vp, kv->page_size};
+    clock.mark(ForwardOp::kKvWrite);
   } else {
     src = kernels::KvSource{k, v, 0};
   }
@@ -274,6 +283,7 @@ void Transformer::attention_block(int64_t layer, const Batch& b, const PagedKv* 
   float* attn = grow(ws.attn_, t * nh * vd);
   kernels::attention(q, src, ws.seqs_.data(), static_cast<int64_t>(ws.seqs_.size()), ws.token_seq_.data(), t, dims,
                      attn, ws.attn_scratch_);
+  clock.mark(ForwardOp::kAttention);
   if (c.gated_attention) {
     float* g = grow(ws.gate_, t * nh * vd);
     linear(xn, t, w.gate, Tensor(), g);
@@ -281,10 +291,13 @@ void Transformer::attention_block(int64_t layer, const Batch& b, const PagedKv* 
   }
   float* proj = grow(ws.out_rows_, t * c.hidden_size);
   linear(attn, t, w.o_proj, vec.o_bias, proj);
+  clock.mark(ForwardOp::kOutProj);
   kernels::add_inplace(ws.x_.data(), proj, t * c.hidden_size);
+  clock.mark(ForwardOp::kResidual);
 }
 
 void Transformer::forward(const Batch& b, const PagedKv* kv, ForwardWorkspace& ws, float* logits) const {
+  ForwardClock clock(ws.profile);
   validate_batch(b, kv);
   const ModelConfig& c = config_;
   const int64_t t = b.num_tokens();
@@ -305,21 +318,28 @@ void Transformer::forward(const Batch& b, const PagedKv* kv, ForwardWorkspace& w
   }
   rope_tables(b, ws);
   kernels::embedding(weights_.embed_tokens.raw(), weights_.embed_tokens.dtype(), h, b.tokens.data(), t, x);
+  clock.mark(ForwardOp::kEmbed);
 
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const LayerWeights& w = weights_.layers[static_cast<size_t>(l)];
     const LayerVectors& vec = vectors_[static_cast<size_t>(l)];
     kernels::rmsnorm(x, t, h, vec.input_norm.data<float>(), eps, xn);
-    attention_block(l, b, kv, ws);
+    clock.mark(ForwardOp::kNorm);
+    attention_block(l, b, kv, ws, clock);
     kernels::rmsnorm(x, t, h, vec.post_norm.data<float>(), eps, xn);
+    clock.mark(ForwardOp::kNorm);
     float* gate = grow(ws.mlp_gate_, t * f);
     float* up = grow(ws.mlp_up_, t * f);
     linear(xn, t, w.gate_proj, vec.gate_bias, gate);
     linear(xn, t, w.up_proj, vec.up_bias, up);
+    clock.mark(ForwardOp::kMlpIn);
     kernels::swiglu(gate, up, t * f, gate);
+    clock.mark(ForwardOp::kSwiglu);
     float* down = grow(ws.out_rows_, t * h);
     linear(gate, t, w.down_proj, vec.down_bias, down);
+    clock.mark(ForwardOp::kMlpDown);
     kernels::add_inplace(x, down, t * h);
+    clock.mark(ForwardOp::kResidual);
   }
 
   // Only the rows whose logits are wanted go through the final norm and the LM head.
@@ -333,6 +353,7 @@ void Transformer::forward(const Batch& b, const PagedKv* kv, ForwardWorkspace& w
     kernels::rmsnorm(x, t, h, final_norm_.data<float>(), eps, sel);
   }
   kernels::linear(sel, rows, kernels::weight_view(weights_.lm_head), nullptr, logits);
+  clock.mark(ForwardOp::kLmHead);
 }
 
 }  // namespace astrai::model

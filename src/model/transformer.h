@@ -18,6 +18,7 @@
 #include "kernels/cpu/attention.h"
 #include "model/batch.h"
 #include "model/config.h"
+#include "model/forward_profile.h"
 #include "model/weights.h"
 
 namespace astrai::model {
@@ -27,6 +28,8 @@ namespace astrai::model {
 class ForwardWorkspace {
  public:
   ForwardWorkspace() = default;
+
+  ForwardProfile profile;  // off unless enabled; accumulates per-operation time
 
  private:
   friend class Transformer;
@@ -76,7 +79,8 @@ class Transformer {
     Tensor input_norm, post_norm, q_bias, k_bias, v_bias, o_bias, q_norm, k_norm, kv_norm;
     Tensor gate_bias, up_bias, down_bias;
   };
-  void attention_block(int64_t layer, const Batch& batch, const PagedKv* kv, ForwardWorkspace& ws) const;
+  void attention_block(int64_t layer, const Batch& batch, const PagedKv* kv, ForwardWorkspace& ws,
+                       ForwardClock& clock) const;
   void rope_tables(const Batch& batch, ForwardWorkspace& ws) const;
 
   ModelConfig config_;

@@ -190,9 +190,13 @@ std::vector<double> naive_attention(const float* q, const float* k, const float*
   return out;
 }
 
-TEST(Attention, ContiguousAndPagedMatchNaiveAndEachOther) {
+class AttentionPaged : public ::testing::TestWithParam<int64_t> {};
+
+// Page sizes 8 (even runs) and 5 (runs starting at odd positions, 8 pages of which the
+// last is partial, in shuffled order) must give the same bits as the contiguous run.
+TEST_P(AttentionPaged, ContiguousAndPagedMatchNaiveAndEachOther) {
   const AttentionDims d{6, 2, 24, 20, 0.2f};  // GQA 3, qk 24 (masked tails), v 20
-  const int64_t len = 37, ctx = 29, n = len - ctx, ps = 8;
+  const int64_t len = 37, ctx = 29, n = len - ctx, ps = GetParam();
   auto k = randn(len * d.num_kv_heads * d.qk_dim, 10), v = randn(len * d.num_kv_heads * d.v_dim, 11);
   auto q = randn(len * d.num_heads * d.qk_dim, 12);
 
@@ -206,14 +210,17 @@ TEST(Attention, ContiguousAndPagedMatchNaiveAndEachOther) {
   for (size_t i = 0; i < out.size(); ++i) ASSERT_NEAR(out[i], want[i], 1e-5) << i;
 
   // Paged: the last n tokens are new, K/V of all positions in shuffled pages.
-  const std::vector<int32_t> table = {4, 0, 3, 1, 2};
-  std::vector<float> kp(5 * ps * d.num_kv_heads * d.qk_dim, NAN), vp(5 * ps * d.num_kv_heads * d.v_dim, NAN);
-  for (int64_t t = 0; t < len; ++t) {
-    const int64_t slot = table[t / ps] * ps + t % ps;
-    std::memcpy(&kp[slot * d.num_kv_heads * d.qk_dim], &k[t * d.num_kv_heads * d.qk_dim],
-                d.num_kv_heads * d.qk_dim * sizeof(float));
-    std::memcpy(&vp[slot * d.num_kv_heads * d.v_dim], &v[t * d.num_kv_heads * d.v_dim],
-                d.num_kv_heads * d.v_dim * sizeof(float));
+  std::vector<int32_t> table = {4, 0, 3, 1, 2};
+  if (ps == 5) table = {6, 0, 3, 7, 1, 5, 2, 4};
+  const int64_t pages = static_cast<int64_t>(table.size());
+  ASSERT_GE(pages * ps, len);
+  std::vector<float> kp(pages * ps * d.num_kv_heads * d.qk_dim, NAN), vp(pages * ps * d.num_kv_heads * d.v_dim, NAN);
+  for (int64_t t = 0; t < len; ++t) {  // head-major pages: [page][kv head][slot][dim]
+    for (int64_t h = 0; h < d.num_kv_heads; ++h) {
+      const int64_t at = (table[t / ps] * d.num_kv_heads + h) * ps + t % ps;
+      std::memcpy(&kp[at * d.qk_dim], &k[(t * d.num_kv_heads + h) * d.qk_dim], d.qk_dim * sizeof(float));
+      std::memcpy(&vp[at * d.v_dim], &v[(t * d.num_kv_heads + h) * d.v_dim], d.v_dim * sizeof(float));
+    }
   }
   // Two sequences in one batch: a 1-token dummy first so rows are offset.
   std::vector<float> q2((1 + n) * d.num_heads * d.qk_dim);
@@ -235,6 +242,8 @@ TEST(Attention, ContiguousAndPagedMatchNaiveAndEachOther) {
   }
   omp_set_num_threads(2);
 }
+
+INSTANTIATE_TEST_SUITE_P(PageSizes, AttentionPaged, ::testing::Values(8, 5));
 
 }  // namespace
 }  // namespace astrai::kernels

@@ -1,10 +1,18 @@
 #include "kernels/cpu/attention.h"
 
+// GCC 12's AVX-512 headers (_mm512_undefined_ps) trip the uninitialized warnings.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+
 #include <omp.h>
 
 #include <algorithm>
 
 #include "kernels/cpu/vec_math.h"
+
+#if defined(__AVX512F__)
+#include "kernels/cpu/reduce8.h"
+#endif
 
 #if defined(__AVX512F__)
 #include <immintrin.h>
@@ -21,33 +29,31 @@ inline __mmask16 tail_mask(int64_t remaining) {
   return remaining >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << remaining) - 1);
 }
 
-inline float att_dot(const float* a, const float* b, int64_t n) {
-  __m512 acc = _mm512_setzero_ps();
-  for (int64_t i = 0; i < n; i += 16) {
-    const __mmask16 m = tail_mask(n - i);
-    acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i), acc);
+// Scores of `groups` query heads (q rows dim apart) against n keys (rows kr + i * ks):
+// s[g * ld + i] = (q_g . k_i) * scale. Each dot is one FMA chain over 16-wide steps of dim
+// (the tail masked), its lanes summed by the reduce8 tree; keys go 8 at a time so the eight
+// chains overlap and one tree reduces all eight. A short block repeats its last row, which
+// only fills lanes that are not stored: a score never depends on n or its neighbours.
+inline void qk_scores(const float* q, int64_t groups, int64_t dim, const float* kr, int64_t ks, int64_t n, float scale,
+                      float* s, int64_t ld) {
+  const __m256 sc = _mm256_set1_ps(scale);
+  for (int64_t i0 = 0; i0 < n; i0 += 8) {
+    const int64_t nk = std::min<int64_t>(8, n - i0);
+    const float* row[8];
+    for (int64_t c = 0; c < 8; ++c) row[c] = kr + (i0 + std::min(c, nk - 1)) * ks;
+    for (int64_t g = 0; g < groups; ++g) {
+      const float* qg = q + g * dim;
+      __m512 acc[8];
+      for (auto& a : acc) a = _mm512_setzero_ps();
+      for (int64_t d0 = 0; d0 < dim; d0 += 16) {
+        const __mmask16 m = tail_mask(dim - d0);
+        const __m512 qv = _mm512_maskz_loadu_ps(m, qg + d0);
+        for (int c = 0; c < 8; ++c) acc[c] = _mm512_fmadd_ps(qv, _mm512_maskz_loadu_ps(m, row[c] + d0), acc[c]);
+      }
+      _mm256_mask_storeu_ps(s + g * ld + i0, static_cast<__mmask8>((1u << nk) - 1), _mm256_mul_ps(reduce8(acc), sc));
+    }
   }
-  return _mm512_reduce_add_ps(acc);
 }
-
-// Four independent dots of a with rows b, b + stride, ...: each exactly att_dot(a, row, n)
-// (same FMA chain, same reduction), interleaved so the chains overlap.
-inline void att_dot4(const float* a, const float* b, int64_t stride, int64_t n, float* out) {
-  __m512 c0 = _mm512_setzero_ps(), c1 = c0, c2 = c0, c3 = c0;
-  for (int64_t i = 0; i < n; i += 16) {
-    const __mmask16 m = tail_mask(n - i);
-    const __m512 av = _mm512_maskz_loadu_ps(m, a + i);
-    c0 = _mm512_fmadd_ps(av, _mm512_maskz_loadu_ps(m, b + i), c0);
-    c1 = _mm512_fmadd_ps(av, _mm512_maskz_loadu_ps(m, b + stride + i), c1);
-    c2 = _mm512_fmadd_ps(av, _mm512_maskz_loadu_ps(m, b + 2 * stride + i), c2);
-    c3 = _mm512_fmadd_ps(av, _mm512_maskz_loadu_ps(m, b + 3 * stride + i), c3);
-  }
-  out[0] = _mm512_reduce_add_ps(c0);
-  out[1] = _mm512_reduce_add_ps(c1);
-  out[2] = _mm512_reduce_add_ps(c2);
-  out[3] = _mm512_reduce_add_ps(c3);
-}
-#define ASTRAI_HAVE_DOT4 1
 
 inline void att_axpy(float p, const float* x, int64_t n, float* y) {
   const __m512 pv = _mm512_set1_ps(p);
@@ -93,16 +99,30 @@ inline void att_softmax(float* s, int64_t n) {
   }
 }
 
-// acc[0..NV) += p[i] * v_row(i) for i in [0, n), accumulators kept in registers; per element
-// the same fused multiply-adds in the same order as att_axpy.
+// Weighted sum of V rows, accumulators in registers: key position j (absolute, p0 + i)
+// goes to the even or odd set by its parity, so consecutive keys form independent FMA
+// chains; the two sets are added at the end. Depends only on the positions, never on how
+// they are split into runs.
 template <int NV>
-inline void pv_run(const float* p, int64_t n, const float* vr, int64_t stride, __mmask16 last, __m512* acc) {
-  for (int64_t i = 0; i < n; ++i) {
-    const __m512 pv = _mm512_set1_ps(p[i]);
-    const float* row = vr + i * stride;
-    for (int j = 0; j < NV - 1; ++j) acc[j] = _mm512_fmadd_ps(pv, _mm512_loadu_ps(row + 16 * j), acc[j]);
-    acc[NV - 1] = _mm512_fmadd_ps(pv, _mm512_maskz_loadu_ps(last, row + 16 * (NV - 1)), acc[NV - 1]);
+inline void pv_one(float p, const float* row, __mmask16 last, __m512* acc) {
+  const __m512 pv = _mm512_set1_ps(p);
+  for (int j = 0; j < NV - 1; ++j) acc[j] = _mm512_fmadd_ps(pv, _mm512_loadu_ps(row + 16 * j), acc[j]);
+  acc[NV - 1] = _mm512_fmadd_ps(pv, _mm512_maskz_loadu_ps(last, row + 16 * (NV - 1)), acc[NV - 1]);
+}
+
+template <int NV>
+inline void pv_run(const float* p, int64_t p0, int64_t n, const float* vr, int64_t stride, __mmask16 last,
+                   __m512* even, __m512* odd) {
+  int64_t i = 0;
+  if (n > 0 && (p0 & 1)) {
+    pv_one<NV>(p[0], vr, last, odd);
+    i = 1;
   }
+  for (; i + 1 < n; i += 2) {
+    pv_one<NV>(p[i], vr + i * stride, last, even);
+    pv_one<NV>(p[i + 1], vr + (i + 1) * stride, last, odd);
+  }
+  if (i < n) pv_one<NV>(p[i], vr + i * stride, last, even);
 }
 
 // Weighted sum of V rows for one query head, v_dim <= 128. Returns false if v_dim is wider.
@@ -111,27 +131,32 @@ inline bool pv_registers(const float* p, int64_t v_dim, float* out, ForEachRun&&
   const int nv = static_cast<int>((v_dim + 15) / 16);
   if (nv > 8) return false;
   const __mmask16 last = tail_mask(v_dim - 16 * (nv - 1));
-  __m512 acc[8];
-  for (auto& a : acc) a = _mm512_setzero_ps();
+  __m512 even[8], odd[8];
+  for (int j = 0; j < 8; ++j) even[j] = odd[j] = _mm512_setzero_ps();
   for_each_run([&](int64_t p0, int64_t n, const float* vr, int64_t stride) {
     switch (nv) {
-      case 1: pv_run<1>(p + p0, n, vr, stride, last, acc); break;
-      case 2: pv_run<2>(p + p0, n, vr, stride, last, acc); break;
-      case 3: pv_run<3>(p + p0, n, vr, stride, last, acc); break;
-      case 4: pv_run<4>(p + p0, n, vr, stride, last, acc); break;
-      case 5: pv_run<5>(p + p0, n, vr, stride, last, acc); break;
-      case 6: pv_run<6>(p + p0, n, vr, stride, last, acc); break;
-      case 7: pv_run<7>(p + p0, n, vr, stride, last, acc); break;
-      default: pv_run<8>(p + p0, n, vr, stride, last, acc); break;
+      case 1: pv_run<1>(p + p0, p0, n, vr, stride, last, even, odd); break;
+      case 2: pv_run<2>(p + p0, p0, n, vr, stride, last, even, odd); break;
+      case 3: pv_run<3>(p + p0, p0, n, vr, stride, last, even, odd); break;
+      case 4: pv_run<4>(p + p0, p0, n, vr, stride, last, even, odd); break;
+      case 5: pv_run<5>(p + p0, p0, n, vr, stride, last, even, odd); break;
+      case 6: pv_run<6>(p + p0, p0, n, vr, stride, last, even, odd); break;
+      case 7: pv_run<7>(p + p0, p0, n, vr, stride, last, even, odd); break;
+      default: pv_run<8>(p + p0, p0, n, vr, stride, last, even, odd); break;
     }
   });
-  for (int j = 0; j < nv; ++j) _mm512_mask_storeu_ps(out + 16 * j, j == nv - 1 ? last : 0xffff, acc[j]);
+  for (int j = 0; j < nv; ++j)
+    _mm512_mask_storeu_ps(out + 16 * j, j == nv - 1 ? last : 0xffff, _mm512_add_ps(even[j], odd[j]));
   return true;
 }
 #else
 template <typename ForEachRun>
 inline bool pv_registers(const float*, int64_t, float*, ForEachRun&&) { return false; }
-inline float att_dot(const float* a, const float* b, int64_t n) { return dot(a, b, n); }
+inline void qk_scores(const float* q, int64_t groups, int64_t dim, const float* kr, int64_t ks, int64_t n, float scale,
+                      float* s, int64_t ld) {
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t g = 0; g < groups; ++g) s[g * ld + i] = dot(q + g * dim, kr + i * ks, dim) * scale;
+}
 inline void att_axpy(float p, const float* x, int64_t n, float* y) {
   for (int64_t i = 0; i < n; ++i) y[i] += p * x[i];
 }
@@ -143,23 +168,26 @@ inline void att_softmax(float* s, int64_t n) {
 }
 #endif
 
-// Calls fn(first_position, count, k_rows, v_rows) for consecutive runs of key positions
-// [0, len) whose rows are contiguous (stride num_kv_heads * dim), in increasing order.
+// Calls fn(first_position, count, k_rows, v_rows, k_stride, v_stride) for consecutive runs
+// of key positions [0, len) whose rows for kv_head are evenly spaced, in increasing order.
+// Paged mode: one run per page, its rows contiguous (head-major pages: a 16-slot page of a
+// 64-dim head is one 4 KiB block, which the hardware prefetchers stream; software prefetch
+// of the next page measured no gain).
 template <typename Fn>
 inline void for_each_kv_run(const KvSource& kv, const AttentionSeq& s, int64_t kv_head, const AttentionDims& d,
                             int64_t len, Fn&& fn) {
-  const int64_t k_stride = d.num_kv_heads * d.qk_dim;
-  const int64_t v_stride = d.num_kv_heads * d.v_dim;
   if (kv.page_size == 0) {
+    const int64_t k_stride = d.num_kv_heads * d.qk_dim, v_stride = d.num_kv_heads * d.v_dim;
     fn(int64_t{0}, len, kv.k + s.token_begin * k_stride + kv_head * d.qk_dim,
-       kv.v + s.token_begin * v_stride + kv_head * d.v_dim);
+       kv.v + s.token_begin * v_stride + kv_head * d.v_dim, k_stride, v_stride);
     return;
   }
   const int64_t ps = kv.page_size;
+  const int64_t k_page = d.num_kv_heads * ps * d.qk_dim, v_page = d.num_kv_heads * ps * d.v_dim;
   for (int64_t t0 = 0; t0 < len; t0 += ps) {
     const int64_t page = s.page_table[t0 / ps];
-    const int64_t n = std::min(ps, len - t0);
-    fn(t0, n, kv.k + page * ps * k_stride + kv_head * d.qk_dim, kv.v + page * ps * v_stride + kv_head * d.v_dim);
+    fn(t0, std::min(ps, len - t0), kv.k + page * k_page + kv_head * ps * d.qk_dim,
+       kv.v + page * v_page + kv_head * ps * d.v_dim, d.qk_dim, d.v_dim);
   }
 }
 
@@ -177,9 +205,6 @@ void attention(const float* q, const KvSource& kv, const AttentionSeq* seqs, int
   if (static_cast<int64_t>(scratch.buf.size()) < per_thread * threads)
     scratch.buf.resize(static_cast<size_t>(per_thread * threads));
   const int64_t items = num_tokens * d.num_kv_heads;
-  const int64_t k_stride = d.num_kv_heads * d.qk_dim;
-  const int64_t v_stride = d.num_kv_heads * d.v_dim;
-  (void)k_stride;
 
 #pragma omp parallel
   {
@@ -196,35 +221,25 @@ void attention(const float* q, const KvSource& kv, const AttentionSeq* seqs, int
       float* acc = scores + groups * max_len;
       const float* qh = q + (t * d.num_heads + kvh * groups) * d.qk_dim;
 
-      for_each_kv_run(kv, s, kvh, d, len, [&](int64_t p0, int64_t n, const float* kr, const float*) {
-        int64_t i0 = 0;
-#ifdef ASTRAI_HAVE_DOT4
-        for (; i0 + 4 <= n; i0 += 4) {
-          for (int64_t g = 0; g < groups; ++g) {
-            float* sg = scores + g * max_len + p0 + i0;
-            att_dot4(qh + g * d.qk_dim, kr + i0 * k_stride, k_stride, d.qk_dim, sg);
-            for (int j = 0; j < 4; ++j) sg[j] *= d.scale;
-          }
-        }
-#endif
-        for (int64_t i = i0; i < n; ++i) {
-          const float* krow = kr + i * k_stride;
-          for (int64_t g = 0; g < groups; ++g) scores[g * max_len + p0 + i] = att_dot(qh + g * d.qk_dim, krow, d.qk_dim) * d.scale;
-        }
+      for_each_kv_run(kv, s, kvh, d, len,
+                      [&](int64_t p0, int64_t n, const float* kr, const float*, int64_t k_stride, int64_t) {
+        qk_scores(qh, groups, d.qk_dim, kr, k_stride, n, d.scale, scores + p0, max_len);
       });
       for (int64_t g = 0; g < groups; ++g) att_softmax(scores + g * max_len, len);
       bool done = true;
       for (int64_t g = 0; g < groups && done; ++g) {
         float* o = out + (t * d.num_heads + kvh * groups + g) * d.v_dim;
         done = pv_registers(scores + g * max_len, d.v_dim, o, [&](auto&& run) {
-          for_each_kv_run(kv, s, kvh, d, len, [&](int64_t p0, int64_t n, const float*, const float* vr) {
-            run(p0, n, vr, v_stride);
-          });
+          for_each_kv_run(kv, s, kvh, d, len,
+                          [&](int64_t p0, int64_t n, const float*, const float* vr, int64_t, int64_t v_stride) {
+                            run(p0, n, vr, v_stride);
+                          });
         });
       }
       if (done) continue;
       for (int64_t g = 0; g < groups; ++g) std::fill(acc + g * d.v_dim, acc + (g + 1) * d.v_dim, 0.0f);
-      for_each_kv_run(kv, s, kvh, d, len, [&](int64_t p0, int64_t n, const float*, const float* vr) {
+      for_each_kv_run(kv, s, kvh, d, len,
+                      [&](int64_t p0, int64_t n, const float*, const float* vr, int64_t, int64_t v_stride) {
         for (int64_t i = 0; i < n; ++i) {
           const float* vrow = vr + i * v_stride;
           for (int64_t g = 0; g < groups; ++g) {

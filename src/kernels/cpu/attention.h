@@ -28,11 +28,12 @@ struct AttentionSeq {
   const int32_t* page_table = nullptr;  // paged mode: page ids for positions [0, context_len + num_tokens)
 };
 
-// Where K/V rows live. Row stride is num_kv_heads * dim in both modes.
+// Where K/V rows live.
 //   page_size == 0: k[T, kv_heads, qk_dim], v[T, kv_heads, v_dim] hold the batch's own new
 //     tokens; position i of a sequence is row token_begin + i (context_len must be 0).
-//   page_size > 0: position i is in page page_table[i / page_size], slot i % page_size, i.e.
-//     k + ((page * page_size + slot) * kv_heads + h) * qk_dim.
+//   page_size > 0: position i is in page page_table[i / page_size], slot i % page_size, and
+//     pages are head-major: k + ((page * kv_heads + h) * page_size + slot) * qk_dim, so one
+//     head's rows of a page are contiguous (the same for v with v_dim).
 struct KvSource {
   const float* k = nullptr;
   const float* v = nullptr;

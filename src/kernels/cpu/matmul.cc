@@ -34,6 +34,7 @@
 
 #include "base/error.h"
 #include "kernels/cpu/gemm_mode.h"
+#include "kernels/cpu/reduce8.h"
 
 namespace astrai::kernels {
 
@@ -74,30 +75,6 @@ inline __m512 load_w_full(const void* base, int64_t k) {
     const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(base) + k));
     return _mm512_cvtph_ps(h);
   }
-}
-
-// out[c] = fixed-tree sum of the 16 lanes of v[c], c < 8. Lanes of different v never mix, so
-// each output's value does not depend on what the other seven inputs hold.
-inline __m256 reduce8(const __m512 (&v)[kNr]) {
-  __m512 s[4];
-  for (int p = 0; p < 4; ++p) {  // lane i + lane i+8: [v0 8 sums | v1 8 sums]
-    const __m512 lo = _mm512_shuffle_f32x4(v[2 * p], v[2 * p + 1], _MM_SHUFFLE(1, 0, 1, 0));
-    const __m512 hi = _mm512_shuffle_f32x4(v[2 * p], v[2 * p + 1], _MM_SHUFFLE(3, 2, 3, 2));
-    s[p] = _mm512_add_ps(lo, hi);
-  }
-  __m512 r[2];
-  for (int p = 0; p < 2; ++p) {  // i + i+4: blocks [A4 B4 C4 D4] / [E4 F4 G4 H4]
-    const __m512 t = _mm512_shuffle_f32x4(s[2 * p], s[2 * p + 1], _MM_SHUFFLE(2, 0, 2, 0));
-    const __m512 u = _mm512_shuffle_f32x4(s[2 * p], s[2 * p + 1], _MM_SHUFFLE(3, 1, 3, 1));
-    r[p] = _mm512_add_ps(t, u);
-  }
-  // i + i+2: per 128-bit block [X(0+2) X(1+3) Y(0+2) Y(1+3)], X = A..D, Y = E..H.
-  const __m512 q = _mm512_add_ps(_mm512_shuffle_ps(r[0], r[1], _MM_SHUFFLE(1, 0, 1, 0)),
-                                 _mm512_shuffle_ps(r[0], r[1], _MM_SHUFFLE(3, 2, 3, 2)));
-  // i + i+1.
-  const __m512 f = _mm512_add_ps(q, _mm512_permute_ps(q, _MM_SHUFFLE(2, 3, 0, 1)));
-  const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 2, 6, 10, 14, 0, 0, 0, 0, 0, 0, 0, 0);
-  return _mm512_castps512_ps256(_mm512_permutexvar_ps(order, f));
 }
 
 // Where W rows live for a tile: in place (row-major, `ld` elements apart; rows past nr alias
@@ -260,24 +237,27 @@ void linear_invariant(const float* x, int64_t m, const WeightView& w, const floa
       }
     } else if (m <= kL1PackM) {
       // Decode batches: each group of 8 W rows x kKb is widened once into an L1-resident
-      // buffer that every row tile of x reuses; x's K block (m x kKb) stays in L2 across the
-      // groups of a 128-row block.
+      // buffer that every row tile of x reuses. Groups go one at a time over the whole K, so
+      // W is read as 8 sequential streams, and the next group's rows (contiguous in memory)
+      // are prefetched a K block at a time, as in the in-place path.
       alignas(64) float small[kNr * kKb];
-      for (int64_t nb0 = r0; nb0 < r1; nb0 += kPackRows) {
-        const int64_t nb1 = std::min(r1, nb0 + kPackRows);
+      for (int64_t j = r0; j < r1; j += kNr) {
+        const int nr = static_cast<int>(std::min<int64_t>(kNr, r1 - j));
+        const char* next = j + 2 * kNr <= r1 ? reinterpret_cast<const char*>(wb + (j + kNr) * kk * esz) : nullptr;
         for (int64_t k0 = 0; k0 < kk; k0 += kKb) {
           const int64_t kc = std::min(kKb, kk - k0);
           const bool first = k0 == 0, last = k0 + kc == kk;
-          for (int64_t j = nb0; j < nb1; j += kNr) {
-            const int nr = static_cast<int>(std::min<int64_t>(kNr, nb1 - j));
-            const float* bj = last && bias ? bias + j : nullptr;
-            pack_block<T>(wb + j * kk * esz, kk, nr, k0, kc, small);
-            for (int64_t i = 0; i < m;) {
-              const int64_t mr = tile_rows(m - i);
-              tile_fn<DType::kF32, Packed>(mr)(x + i * kk + k0, kk, small, 0, kc, nr, y + i * n + j, n, first, bj,
-                                               nullptr);
-              i += mr;
-            }
+          const float* bj = last && bias ? bias + j : nullptr;
+          pack_block<T>(wb + j * kk * esz, kk, nr, k0, kc, small);
+          if (next) {
+            const int64_t from = kNr * k0 * static_cast<int64_t>(esz), to = kNr * (k0 + kc) * static_cast<int64_t>(esz);
+            for (int64_t b = from; b < to; b += 64) _mm_prefetch(next + b, _MM_HINT_T1);
+          }
+          for (int64_t i = 0; i < m;) {
+            const int64_t mr = tile_rows(m - i);
+            tile_fn<DType::kF32, Packed>(mr)(x + i * kk + k0, kk, small, 0, kc, nr, y + i * n + j, n, first, bj,
+                                             nullptr);
+            i += mr;
           }
         }
       }
