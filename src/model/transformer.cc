@@ -281,8 +281,7 @@ void Transformer::attention_block(int64_t layer, const Batch& b, const PagedKv* 
   }
   const kernels::AttentionDims dims{nh, nkv, qkd, vd, static_cast<float>(1.0 / std::sqrt(static_cast<double>(qkd)))};
   float* attn = grow(ws.attn_, t * nh * vd);
-  kernels::attention(q, src, ws.seqs_.data(), static_cast<int64_t>(ws.seqs_.size()), ws.token_seq_.data(), t, dims,
-                     attn, ws.attn_scratch_);
+  kernels::attention(q, src, ws.seqs_.data(), static_cast<int64_t>(ws.seqs_.size()), dims, attn, ws.attn_scratch_);
   clock.mark(ForwardOp::kAttention);
   if (c.gated_attention) {
     float* g = grow(ws.gate_, t * nh * vd);
@@ -308,13 +307,11 @@ void Transformer::forward(const Batch& b, const PagedKv* kv, ForwardWorkspace& w
   float* x = grow(ws.x_, t * h);
   float* xn = grow(ws.xn_, std::max(t, rows) * h);
 
-  int32_t* token_seq = grow(ws.token_seq_, t);
   ws.seqs_.clear();
   for (size_t s = 0; s < b.seqs.size(); ++s) {
     const SeqSpan& sp = b.seqs[s];
     ws.seqs_.push_back(kernels::AttentionSeq{sp.token_begin, sp.num_tokens, kv ? sp.context_len : 0,
                                              kv ? sp.page_table.data() : nullptr});
-    std::fill(token_seq + sp.token_begin, token_seq + sp.token_begin + sp.num_tokens, static_cast<int32_t>(s));
   }
   rope_tables(b, ws);
   kernels::embedding(weights_.embed_tokens.raw(), weights_.embed_tokens.dtype(), h, b.tokens.data(), t, x);

@@ -36,7 +36,6 @@ class ForwardWorkspace {
   std::vector<float> x_, xn_, q_, k_, v_, attn_, gate_, mlp_gate_, mlp_up_, latent_, kvb_, out_rows_;
   std::vector<float> cos_, sin_;
   std::vector<double> inv_freq_;
-  std::vector<int32_t> token_seq_;
   std::vector<kernels::AttentionSeq> seqs_;
   kernels::AttentionScratch attn_scratch_;
 };

@@ -203,9 +203,8 @@ TEST_P(AttentionPaged, ContiguousAndPagedMatchNaiveAndEachOther) {
   // Contiguous: the whole sequence as new tokens.
   std::vector<float> out(len * d.num_heads * d.v_dim);
   AttentionSeq seq{0, static_cast<int32_t>(len), 0, nullptr};
-  std::vector<int32_t> token_seq(len, 0);
   AttentionScratch scratch;
-  attention(q.data(), KvSource{k.data(), v.data(), 0}, &seq, 1, token_seq.data(), len, d, out.data(), scratch);
+  attention(q.data(), KvSource{k.data(), v.data(), 0}, &seq, 1, d, out.data(), scratch);
   const auto want = naive_attention(q.data(), k.data(), v.data(), 0, len, d);
   for (size_t i = 0; i < out.size(); ++i) ASSERT_NEAR(out[i], want[i], 1e-5) << i;
 
@@ -222,19 +221,18 @@ TEST_P(AttentionPaged, ContiguousAndPagedMatchNaiveAndEachOther) {
       std::memcpy(&vp[at * d.v_dim], &v[(t * d.num_kv_heads + h) * d.v_dim], d.v_dim * sizeof(float));
     }
   }
-  // Two sequences in one batch: a 1-token dummy first so rows are offset.
+  // Two sequences in one batch: a 1-token dummy first so rows are offset. The new tokens
+  // start at position 29, so they are blocked (4 tokens per work item) differently from the
+  // contiguous run above (blocks start at 0, 4, ..., 28): outputs must not change.
   std::vector<float> q2((1 + n) * d.num_heads * d.qk_dim);
   std::memcpy(q2.data() + d.num_heads * d.qk_dim, q.data() + ctx * d.num_heads * d.qk_dim,
               n * d.num_heads * d.qk_dim * sizeof(float));
   const std::vector<int32_t> dummy_table = {2};
   AttentionSeq seqs[2] = {{0, 1, 0, dummy_table.data()}, {1, static_cast<int32_t>(n), static_cast<int32_t>(ctx), table.data()}};
-  std::vector<int32_t> ts = {0};
-  ts.insert(ts.end(), n, 1);
   std::vector<float> out2((1 + n) * d.num_heads * d.v_dim);
   for (int threads : {1, 2, 3}) {
     omp_set_num_threads(threads);
-    attention(q2.data(), KvSource{kp.data(), vp.data(), static_cast<int32_t>(ps)}, seqs, 2, ts.data(), 1 + n, d,
-              out2.data(), scratch);
+    attention(q2.data(), KvSource{kp.data(), vp.data(), static_cast<int32_t>(ps)}, seqs, 2, d, out2.data(), scratch);
     EXPECT_EQ(std::memcmp(out2.data() + d.num_heads * d.v_dim, out.data() + ctx * d.num_heads * d.v_dim,
                           n * d.num_heads * d.v_dim * sizeof(float)),
               0)

@@ -11,6 +11,7 @@
 #include "kernels/cpu/vec_math.h"
 
 #if defined(__AVX512F__)
+#include "kernels/cpu/exp512.h"
 #include "kernels/cpu/reduce8.h"
 #endif
 
@@ -22,62 +23,57 @@ namespace astrai::kernels {
 
 namespace {
 
-// The hot loops, one version per build. Each is a fixed sequence of operations for a given
-// length n, so results never depend on the batch, the chunking or pointer alignment.
+// Up to this many consecutive new tokens of one sequence share each K/V row read (prefill):
+// the rows come from L2 once per block instead of once per token.
+constexpr int64_t kTokenBlock = 4;
+constexpr int64_t kRun = 64;  // key positions per run without pages
+
+// The query rows of one work item: `tokens` consecutive tokens x `groups` query heads of one
+// kv head; row (j, g) is q + j * token_stride + g * dim, its scores s + (j * groups + g) * ld.
+struct QueryBlock {
+  const float* q;
+  int64_t tokens, groups, token_stride, dim;
+};
+
+// The hot loops, one version per build. Each output is a fixed sequence of operations that
+// depends only on its own query row and key positions, never on the batch, the blocking, the
+// page size or pointer alignment.
 #if defined(__AVX512F__)
 inline __mmask16 tail_mask(int64_t remaining) {
   return remaining >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << remaining) - 1);
 }
 
-// Scores of `groups` query heads (q rows dim apart) against n keys (rows kr + i * ks):
-// s[g * ld + i] = (q_g . k_i) * scale. Each dot is one FMA chain over 16-wide steps of dim
-// (the tail masked), its lanes summed by the reduce8 tree; keys go 8 at a time so the eight
-// chains overlap and one tree reduces all eight. A short block repeats its last row, which
-// only fills lanes that are not stored: a score never depends on n or its neighbours.
-inline void qk_scores(const float* q, int64_t groups, int64_t dim, const float* kr, int64_t ks, int64_t n, float scale,
-                      float* s, int64_t ld) {
+// Scores of every query row of the block against n keys (rows kr + i * ks), written at key
+// offset p0: s[row * ld + p0 + i] = (q_row . k_i) * scale. Each dot is one FMA chain over
+// 16-wide steps of dim (the tail masked), its lanes summed by the reduce8 tree; keys go 8 at
+// a time so the eight chains overlap and one tree reduces all eight, and the 8 K rows stay in
+// L1 for all query rows. A short block repeats its last row, which only fills lanes that are
+// not stored.
+inline void qk_scores(const QueryBlock& qb, const float* kr, int64_t ks, int64_t p0, int64_t n, float scale, float* s,
+                      int64_t ld) {
   const __m256 sc = _mm256_set1_ps(scale);
   for (int64_t i0 = 0; i0 < n; i0 += 8) {
     const int64_t nk = std::min<int64_t>(8, n - i0);
     const float* row[8];
+#pragma GCC unroll 8
     for (int64_t c = 0; c < 8; ++c) row[c] = kr + (i0 + std::min(c, nk - 1)) * ks;
-    for (int64_t g = 0; g < groups; ++g) {
-      const float* qg = q + g * dim;
-      __m512 acc[8];
-      for (auto& a : acc) a = _mm512_setzero_ps();
-      for (int64_t d0 = 0; d0 < dim; d0 += 16) {
-        const __mmask16 m = tail_mask(dim - d0);
-        const __m512 qv = _mm512_maskz_loadu_ps(m, qg + d0);
-        for (int c = 0; c < 8; ++c) acc[c] = _mm512_fmadd_ps(qv, _mm512_maskz_loadu_ps(m, row[c] + d0), acc[c]);
+    for (int64_t j = 0; j < qb.tokens; ++j) {
+      for (int64_t g = 0; g < qb.groups; ++g) {
+        const float* qg = qb.q + j * qb.token_stride + g * qb.dim;
+        __m512 acc[8];  // fully unrolled loops keep these in registers
+#pragma GCC unroll 8
+        for (int c = 0; c < 8; ++c) acc[c] = _mm512_setzero_ps();
+        for (int64_t d0 = 0; d0 < qb.dim; d0 += 16) {
+          const __mmask16 m = tail_mask(qb.dim - d0);
+          const __m512 qv = _mm512_maskz_loadu_ps(m, qg + d0);
+#pragma GCC unroll 8
+          for (int c = 0; c < 8; ++c) acc[c] = _mm512_fmadd_ps(qv, _mm512_maskz_loadu_ps(m, row[c] + d0), acc[c]);
+        }
+        _mm256_mask_storeu_ps(s + (j * qb.groups + g) * ld + p0 + i0, static_cast<__mmask8>((1u << nk) - 1),
+                              _mm256_mul_ps(reduce8(acc[0], acc[1], acc[2], acc[3], acc[4], acc[5], acc[6], acc[7]), sc));
       }
-      _mm256_mask_storeu_ps(s + g * ld + i0, static_cast<__mmask8>((1u << nk) - 1), _mm256_mul_ps(reduce8(acc), sc));
     }
   }
-}
-
-inline void att_axpy(float p, const float* x, int64_t n, float* y) {
-  const __m512 pv = _mm512_set1_ps(p);
-  for (int64_t i = 0; i < n; i += 16) {
-    const __mmask16 m = tail_mask(n - i);
-    _mm512_mask_storeu_ps(y + i, m, _mm512_fmadd_ps(pv, _mm512_maskz_loadu_ps(m, x + i), _mm512_maskz_loadu_ps(m, y + i)));
-  }
-}
-
-inline __m512 exp512(__m512 x) {
-  x = _mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(88.0f)), _mm512_set1_ps(-87.0f));
-  const __m512 n = _mm512_roundscale_ps(_mm512_fmadd_ps(x, _mm512_set1_ps(1.44269504088896341f), _mm512_set1_ps(0.5f)),
-                                        _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-  p = _mm512_fmadd_ps(_mm512_mul_ps(p, r), r, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-  const __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
-  return _mm512_mul_ps(p, _mm512_castsi512_ps(e));
 }
 
 // s[i] = exp(s[i] - max(s)) / sum, in place.
@@ -99,20 +95,27 @@ inline void att_softmax(float* s, int64_t n) {
   }
 }
 
-// Weighted sum of V rows, accumulators in registers: key position j (absolute, p0 + i)
-// goes to the even or odd set by its parity, so consecutive keys form independent FMA
-// chains; the two sets are added at the end. Depends only on the positions, never on how
-// they are split into runs.
+// Weighted sum of V rows: key position j (absolute, p0 + i) goes to the even or odd set of
+// accumulators by its parity, so consecutive keys form independent FMA chains; the sets are
+// kept in `acc` ([2][nv][16] floats) between spans and added at the end. Storing and
+// reloading f32 is exact, so the result depends only on the positions, never on how they
+// were split into spans.
 template <int NV>
 inline void pv_one(float p, const float* row, __mmask16 last, __m512* acc) {
   const __m512 pv = _mm512_set1_ps(p);
+#pragma GCC unroll 8
   for (int j = 0; j < NV - 1; ++j) acc[j] = _mm512_fmadd_ps(pv, _mm512_loadu_ps(row + 16 * j), acc[j]);
   acc[NV - 1] = _mm512_fmadd_ps(pv, _mm512_maskz_loadu_ps(last, row + 16 * (NV - 1)), acc[NV - 1]);
 }
 
 template <int NV>
-inline void pv_run(const float* p, int64_t p0, int64_t n, const float* vr, int64_t stride, __mmask16 last,
-                   __m512* even, __m512* odd) {
+void pv_span(const float* p, int64_t p0, int64_t n, const float* vr, int64_t stride, __mmask16 last, float* acc) {
+  __m512 even[NV], odd[NV];
+#pragma GCC unroll 8
+  for (int j = 0; j < NV; ++j) {
+    even[j] = _mm512_loadu_ps(acc + 16 * j);
+    odd[j] = _mm512_loadu_ps(acc + 16 * (NV + j));
+  }
   int64_t i = 0;
   if (n > 0 && (p0 & 1)) {
     pv_one<NV>(p[0], vr, last, odd);
@@ -123,39 +126,54 @@ inline void pv_run(const float* p, int64_t p0, int64_t n, const float* vr, int64
     pv_one<NV>(p[i + 1], vr + (i + 1) * stride, last, odd);
   }
   if (i < n) pv_one<NV>(p[i], vr + i * stride, last, even);
+#pragma GCC unroll 8
+  for (int j = 0; j < NV; ++j) {
+    _mm512_storeu_ps(acc + 16 * j, even[j]);
+    _mm512_storeu_ps(acc + 16 * (NV + j), odd[j]);
+  }
 }
 
-// Weighted sum of V rows for one query head, v_dim <= 128. Returns false if v_dim is wider.
-template <typename ForEachRun>
-inline bool pv_registers(const float* p, int64_t v_dim, float* out, ForEachRun&& for_each_run) {
-  const int nv = static_cast<int>((v_dim + 15) / 16);
-  if (nv > 8) return false;
-  const __mmask16 last = tail_mask(v_dim - 16 * (nv - 1));
-  __m512 even[8], odd[8];
-  for (int j = 0; j < 8; ++j) even[j] = odd[j] = _mm512_setzero_ps();
-  for_each_run([&](int64_t p0, int64_t n, const float* vr, int64_t stride) {
-    switch (nv) {
-      case 1: pv_run<1>(p + p0, p0, n, vr, stride, last, even, odd); break;
-      case 2: pv_run<2>(p + p0, p0, n, vr, stride, last, even, odd); break;
-      case 3: pv_run<3>(p + p0, p0, n, vr, stride, last, even, odd); break;
-      case 4: pv_run<4>(p + p0, p0, n, vr, stride, last, even, odd); break;
-      case 5: pv_run<5>(p + p0, p0, n, vr, stride, last, even, odd); break;
-      case 6: pv_run<6>(p + p0, p0, n, vr, stride, last, even, odd); break;
-      case 7: pv_run<7>(p + p0, p0, n, vr, stride, last, even, odd); break;
-      default: pv_run<8>(p + p0, p0, n, vr, stride, last, even, odd); break;
-    }
-  });
-  for (int j = 0; j < nv; ++j)
-    _mm512_mask_storeu_ps(out + 16 * j, j == nv - 1 ? last : 0xffff, _mm512_add_ps(even[j], odd[j]));
-  return true;
+using PvSpanFn = void (*)(const float*, int64_t, int64_t, const float*, int64_t, __mmask16, float*);
+
+PvSpanFn pv_span_fn(int64_t nv) {
+  switch (nv) {
+    case 1: return &pv_span<1>;
+    case 2: return &pv_span<2>;
+    case 3: return &pv_span<3>;
+    case 4: return &pv_span<4>;
+    case 5: return &pv_span<5>;
+    case 6: return &pv_span<6>;
+    case 7: return &pv_span<7>;
+    case 8: return &pv_span<8>;
+    default: return nullptr;  // wider than 128: att_axpy path
+  }
+}
+
+inline void att_axpy(float p, const float* x, int64_t n, float* y) {
+  const __m512 pv = _mm512_set1_ps(p);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = tail_mask(n - i);
+    _mm512_mask_storeu_ps(y + i, m, _mm512_fmadd_ps(pv, _mm512_maskz_loadu_ps(m, x + i), _mm512_maskz_loadu_ps(m, y + i)));
+  }
+}
+
+// out[0, v_dim) = even + odd halves of acc (pv_span's layout).
+inline void pv_finish(const float* acc, int64_t v_dim, float* out) {
+  const int64_t nv = (v_dim + 15) / 16;
+  for (int64_t j = 0; j < nv; ++j)
+    _mm512_mask_storeu_ps(out + 16 * j, tail_mask(v_dim - 16 * j),
+                          _mm512_add_ps(_mm512_loadu_ps(acc + 16 * j), _mm512_loadu_ps(acc + 16 * (nv + j))));
 }
 #else
-template <typename ForEachRun>
-inline bool pv_registers(const float*, int64_t, float*, ForEachRun&&) { return false; }
-inline void qk_scores(const float* q, int64_t groups, int64_t dim, const float* kr, int64_t ks, int64_t n, float scale,
-                      float* s, int64_t ld) {
+struct PvUnused {};
+using PvSpanFn = PvUnused*;
+inline PvSpanFn pv_span_fn(int64_t) { return nullptr; }
+inline void qk_scores(const QueryBlock& qb, const float* kr, int64_t ks, int64_t p0, int64_t n, float scale, float* s,
+                      int64_t ld) {
   for (int64_t i = 0; i < n; ++i)
-    for (int64_t g = 0; g < groups; ++g) s[g * ld + i] = dot(q + g * dim, kr + i * ks, dim) * scale;
+    for (int64_t j = 0; j < qb.tokens; ++j)
+      for (int64_t g = 0; g < qb.groups; ++g)
+        s[(j * qb.groups + g) * ld + p0 + i] = dot(qb.q + j * qb.token_stride + g * qb.dim, kr + i * ks, qb.dim) * scale;
 }
 inline void att_axpy(float p, const float* x, int64_t n, float* y) {
   for (int64_t i = 0; i < n; ++i) y[i] += p * x[i];
@@ -172,14 +190,18 @@ inline void att_softmax(float* s, int64_t n) {
 // of key positions [0, len) whose rows for kv_head are evenly spaced, in increasing order.
 // Paged mode: one run per page, its rows contiguous (head-major pages: a 16-slot page of a
 // 64-dim head is one 4 KiB block, which the hardware prefetchers stream; software prefetch
-// of the next page measured no gain).
+// of the next page measured no gain). Without pages, runs of kRun positions, so one run's V
+// rows stay in L1 while every query row of a block passes over them (rows kv_heads * dim
+// apart map to few L1 sets: 16 rows of a 12-head model fit, 64 evict each other).
 template <typename Fn>
 inline void for_each_kv_run(const KvSource& kv, const AttentionSeq& s, int64_t kv_head, const AttentionDims& d,
                             int64_t len, Fn&& fn) {
   if (kv.page_size == 0) {
     const int64_t k_stride = d.num_kv_heads * d.qk_dim, v_stride = d.num_kv_heads * d.v_dim;
-    fn(int64_t{0}, len, kv.k + s.token_begin * k_stride + kv_head * d.qk_dim,
-       kv.v + s.token_begin * v_stride + kv_head * d.v_dim, k_stride, v_stride);
+    const float* k = kv.k + s.token_begin * k_stride + kv_head * d.qk_dim;
+    const float* v = kv.v + s.token_begin * v_stride + kv_head * d.v_dim;
+    for (int64_t t0 = 0; t0 < len; t0 += kRun)
+      fn(t0, std::min<int64_t>(kRun, len - t0), k + t0 * k_stride, v + t0 * v_stride, k_stride, v_stride);
     return;
   }
   const int64_t ps = kv.page_size;
@@ -191,64 +213,84 @@ inline void for_each_kv_run(const KvSource& kv, const AttentionSeq& s, int64_t k
   }
 }
 
+// One work item: tokens [t0, t0 + nt) of sequence s against kv head kvh. scores holds
+// [nt * groups][max_len], acc [nt * groups][acc_stride].
+void attend_block(const float* q, const KvSource& kv, const AttentionSeq& s, int64_t t0, int64_t nt, int64_t kvh,
+                  const AttentionDims& d, float* out, float* scores, int64_t max_len, float* acc, int64_t acc_stride) {
+  const int64_t groups = d.num_heads / d.num_kv_heads;
+  const int64_t rows = nt * groups;
+  // Causal: token t0 + j sees positions [0, len0 + j).
+  const int64_t len0 = s.context_len + (t0 - s.token_begin) + 1;
+  const int64_t len_max = len0 + nt - 1;
+  const QueryBlock qb{q + (t0 * d.num_heads + kvh * groups) * d.qk_dim, nt, groups, d.num_heads * d.qk_dim, d.qk_dim};
+  for_each_kv_run(kv, s, kvh, d, len_max, [&](int64_t p0, int64_t n, const float* kr, const float*, int64_t ks, int64_t) {
+    qk_scores(qb, kr, ks, p0, n, d.scale, scores, max_len);
+  });
+  for (int64_t r = 0; r < rows; ++r) att_softmax(scores + r * max_len, len0 + r / groups);
+  std::fill(acc, acc + rows * acc_stride, 0.0f);
+  const PvSpanFn span = pv_span_fn((d.v_dim + 15) / 16);
+  for_each_kv_run(kv, s, kvh, d, len_max, [&](int64_t p0, int64_t n, const float*, const float* vr, int64_t,
+                                              int64_t vs) {
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t len = len0 + r / groups;
+      if (p0 >= len) continue;
+      const int64_t m = std::min(n, len - p0);
+      const float* p = scores + r * max_len + p0;
+#if defined(__AVX512F__)
+      if (span != nullptr) {
+        span(p, p0, m, vr, vs, tail_mask(d.v_dim - 16 * ((d.v_dim + 15) / 16 - 1)), acc + r * acc_stride);
+        continue;
+      }
+#endif
+      for (int64_t i = 0; i < m; ++i) att_axpy(p[i], vr + i * vs, d.v_dim, acc + r * acc_stride);
+    }
+  });
+  for (int64_t r = 0; r < rows; ++r) {
+    float* o = out + ((t0 + r / groups) * d.num_heads + kvh * groups + r % groups) * d.v_dim;
+#if defined(__AVX512F__)
+    if (span != nullptr) {
+      pv_finish(acc + r * acc_stride, d.v_dim, o);
+      continue;
+    }
+#endif
+    std::copy(acc + r * acc_stride, acc + r * acc_stride + d.v_dim, o);
+  }
+}
+
 }  // namespace
 
 void attention(const float* q, const KvSource& kv, const AttentionSeq* seqs, int64_t num_seqs,
-               const int32_t* token_seq, int64_t num_tokens, const AttentionDims& d, float* out,
-               AttentionScratch& scratch) {
+               const AttentionDims& d, float* out, AttentionScratch& scratch) {
   const int64_t groups = d.num_heads / d.num_kv_heads;
+  // Work items: blocks of up to kTokenBlock consecutive tokens of one sequence, per kv head.
+  scratch.blocks.clear();
   int64_t max_len = 0;
-  for (int64_t s = 0; s < num_seqs; ++s) max_len = std::max<int64_t>(max_len, seqs[s].context_len + seqs[s].num_tokens);
-  // Per thread: scores [groups, max_len] then accumulators [groups, v_dim].
-  const int64_t per_thread = groups * max_len + groups * d.v_dim + kLanes;
+  for (int64_t s = 0; s < num_seqs; ++s) {
+    max_len = std::max<int64_t>(max_len, seqs[s].context_len + seqs[s].num_tokens);
+    for (int64_t j = 0; j < seqs[s].num_tokens; j += kTokenBlock)
+      scratch.blocks.push_back({static_cast<int32_t>(s), seqs[s].token_begin + static_cast<int32_t>(j),
+                                static_cast<int32_t>(std::min<int64_t>(kTokenBlock, seqs[s].num_tokens - j))});
+  }
+  max_len = (max_len + 15) / 16 * 16;  // whole vectors per score row
+  const int64_t rows = kTokenBlock * groups;
+  const int64_t acc_stride = 2 * ((d.v_dim + 15) / 16) * 16;  // even + odd sets
+  const int64_t per_thread = rows * max_len + rows * acc_stride;
   const int threads = omp_get_max_threads();
   if (static_cast<int64_t>(scratch.buf.size()) < per_thread * threads)
     scratch.buf.resize(static_cast<size_t>(per_thread * threads));
-  const int64_t items = num_tokens * d.num_kv_heads;
+  const int64_t items = static_cast<int64_t>(scratch.blocks.size()) * d.num_kv_heads;
 
 #pragma omp parallel
   {
     float* scores = scratch.buf.data() + per_thread * omp_get_thread_num();
+    float* acc = scores + rows * max_len;
     // Round-robin items: causal rows grow in cost along the sequence, so contiguous blocks
     // would leave one thread with most of the work. Results do not depend on the schedule.
 #pragma omp for schedule(static, 1)
     for (int64_t item = 0; item < items; ++item) {
-      const int64_t t = item / d.num_kv_heads;
-      const int64_t kvh = item % d.num_kv_heads;
-      if (token_seq[t] < 0) continue;
-      const AttentionSeq& s = seqs[token_seq[t]];
-      const int64_t len = s.context_len + (t - s.token_begin) + 1;  // causal: positions [0, len)
-      float* acc = scores + groups * max_len;
-      const float* qh = q + (t * d.num_heads + kvh * groups) * d.qk_dim;
-
-      for_each_kv_run(kv, s, kvh, d, len,
-                      [&](int64_t p0, int64_t n, const float* kr, const float*, int64_t k_stride, int64_t) {
-        qk_scores(qh, groups, d.qk_dim, kr, k_stride, n, d.scale, scores + p0, max_len);
-      });
-      for (int64_t g = 0; g < groups; ++g) att_softmax(scores + g * max_len, len);
-      bool done = true;
-      for (int64_t g = 0; g < groups && done; ++g) {
-        float* o = out + (t * d.num_heads + kvh * groups + g) * d.v_dim;
-        done = pv_registers(scores + g * max_len, d.v_dim, o, [&](auto&& run) {
-          for_each_kv_run(kv, s, kvh, d, len,
-                          [&](int64_t p0, int64_t n, const float*, const float* vr, int64_t, int64_t v_stride) {
-                            run(p0, n, vr, v_stride);
-                          });
-        });
-      }
-      if (done) continue;
-      for (int64_t g = 0; g < groups; ++g) std::fill(acc + g * d.v_dim, acc + (g + 1) * d.v_dim, 0.0f);
-      for_each_kv_run(kv, s, kvh, d, len,
-                      [&](int64_t p0, int64_t n, const float*, const float* vr, int64_t, int64_t v_stride) {
-        for (int64_t i = 0; i < n; ++i) {
-          const float* vrow = vr + i * v_stride;
-          for (int64_t g = 0; g < groups; ++g) {
-            att_axpy(scores[g * max_len + p0 + i], vrow, d.v_dim, acc + g * d.v_dim);
-          }
-        }
-      });
-      for (int64_t g = 0; g < groups; ++g)
-        std::copy(acc + g * d.v_dim, acc + (g + 1) * d.v_dim, out + (t * d.num_heads + kvh * groups + g) * d.v_dim);
+      const AttentionScratch::Block& b = scratch.blocks[static_cast<size_t>(item / d.num_kv_heads)];
+      attend_block(q, kv, seqs[b.seq], b.token, b.count, item % d.num_kv_heads, d, out, scores, max_len, acc,
+                   acc_stride);
     }
   }
 }

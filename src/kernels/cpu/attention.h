@@ -40,15 +40,21 @@ struct KvSource {
   int32_t page_size = 0;
 };
 
-// Per-thread scratch, grown on demand outside the parallel region and then reused.
+// Scratch reused across calls: per-thread score and accumulator buffers and the work list,
+// grown on demand outside the parallel region.
 struct AttentionScratch {
+  struct Block {
+    int32_t seq, token, count;  // tokens [token, token + count) of sequence seq
+  };
   std::vector<float> buf;
+  std::vector<Block> blocks;
 };
 
-// q [T, num_heads, qk_dim], out [T, num_heads, v_dim]; token_seq[t] = index into seqs of
-// token t's sequence (tokens not covered by a sequence are left untouched).
+// q [T, num_heads, qk_dim], out [T, num_heads, v_dim]. Rows of tokens not covered by a
+// sequence are left untouched. Up to 4 consecutive tokens of a sequence are computed together
+// (they share each K/V row read); every output is still computed by the same operations as if
+// its token were alone.
 void attention(const float* q, const KvSource& kv, const AttentionSeq* seqs, int64_t num_seqs,
-               const int32_t* token_seq, int64_t num_tokens, const AttentionDims& d, float* out,
-               AttentionScratch& scratch);
+               const AttentionDims& d, float* out, AttentionScratch& scratch);
 
 }  // namespace astrai::kernels

@@ -144,7 +144,7 @@ void tile(const float* x, int64_t ldx, const void* w, int64_t ld, int64_t kc, in
   const __m256 b = bias ? _mm256_maskz_loadu_ps(out, bias) : _mm256_setzero_ps();
 #pragma GCC unroll 8
   for (int r = 0; r < MR; ++r) {
-    __m256 s = reduce8(acc[r]);
+    __m256 s = reduce8(acc[r][0], acc[r][1], acc[r][2], acc[r][3], acc[r][4], acc[r][5], acc[r][6], acc[r][7]);
     if (!first) s = _mm256_add_ps(_mm256_maskz_loadu_ps(out, y + r * ldy), s);
     if (bias) s = _mm256_add_ps(s, b);
     _mm256_mask_storeu_ps(y + r * ldy, out, s);
