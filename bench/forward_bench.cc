@@ -6,7 +6,8 @@
 //   decode:  single-token steps for batch 1 and 8 (128 tokens of context in a paged KV
 //            cache), weight bytes read per second next to a copy probe run in this process.
 // Usage: forward_bench [--quick] [--dtype f32|bf16|both] [--threads N] [--cpu-time]
-//                      [--decode-only] [--ctx N] [--decode-batches 1,8,32] [--kv-heads N]
+//                      [--decode-only] [--ctx N] [--decode-batches 1,8,32] [--kv-heads N] [--profile]
+//   --profile prints where each forward's time goes (model/forward_profile.h)
 //        (--cpu-time: see bench_probes.h, for a busy machine; run it with OMP_WAIT_POLICY=passive)
 #include <algorithm>
 #include <cmath>
@@ -111,7 +112,7 @@ int main(int argc, char** argv) {
   bool quick = false;
   std::string dtypes = "both";
   int threads = 2;
-  bool decode_only = false;
+  bool decode_only = false, profile = false;
   int64_t ctx = 128;
   int64_t kv_heads = 12;
   std::vector<int64_t> decode_batches = {1, 8};
@@ -121,6 +122,7 @@ int main(int argc, char** argv) {
     if (std::strcmp(argv[i], "--threads") == 0 && i + 1 < argc) threads = std::atoi(argv[++i]);
     if (std::strcmp(argv[i], "--cpu-time") == 0) bench::clock_mode() = bench::Clock::kCpu;
     if (std::strcmp(argv[i], "--decode-only") == 0) decode_only = true;
+    if (std::strcmp(argv[i], "--profile") == 0) profile = true;
     if (std::strcmp(argv[i], "--ctx") == 0 && i + 1 < argc) ctx = std::atoll(argv[++i]);
     if (std::strcmp(argv[i], "--kv-heads") == 0 && i + 1 < argc) kv_heads = std::atoll(argv[++i]);
     if (std::strcmp(argv[i], "--decode-batches") == 0 && i + 1 < argc) {
@@ -179,12 +181,17 @@ int main(int argc, char** argv) {
       }
       std::vector<float> logits(static_cast<size_t>(b * config.vocab_size));
       const double s = bench::best_seconds([&] { model.forward(batch, nullptr, ws, logits.data()); }, t_min, 2);
+      ws.profile.reset();
+      ws.profile.enabled = true;
+      model.forward(batch, nullptr, ws, logits.data());
+      ws.profile.enabled = false;
       const Ceiling& c = ceilings[{b, len}];
       const double flops = c.linear_flops + attention_flops(config, b, len, 0);
       const double gf = flops / s / 1e9;
       std::printf("%5ld %5ld | %9.0f %8.1f | %10.1f %10.1f | %7.0f%% %7.0f%%\n", static_cast<long>(b),
                   static_cast<long>(len), b * len / s, gf, c.blas_gflops, c.ours_gflops, 100 * gf / c.blas_gflops,
                   100 * gf / c.ours_gflops);
+      if (profile) std::printf("%s", ws.profile.table().c_str());
     }
 
     // Decode: one new token per sequence after `ctx` cached tokens.
@@ -219,7 +226,7 @@ int main(int argc, char** argv) {
       ws.profile.enabled = true;
       for (int r = 0; r < 5; ++r) model.forward(batch, &kv, ws, logits.data());
       ws.profile.enabled = false;
-      const std::string breakdown = ws.profile.table();
+      const std::string breakdown = profile ? ws.profile.table() : std::string();
       const double gbs = weight_bytes / s / 1e9;
       std::printf("%5ld | %9.2f %9.1f | %10.1f %7.0f%%\n", static_cast<long>(b), s * 1e3, b / s, gbs,
                   100 * gbs / bw.copy_gbs);

@@ -139,6 +139,7 @@ struct RunStats {
   double decode_tps = 0;       // aggregate tokens/s once every request decodes
   double step_seconds = 0;     // mean decode step
   double overhead_share = 0;   // scheduling + sampling / step (whole run)
+  double attention_share = 0;  // attention / forward time over the decode phase (in-step profile)
   double mean_ttft = 0, total_seconds = 0;
   uint64_t cache_hits = 0;
 };
@@ -158,6 +159,7 @@ RunStats run_batch(const std::shared_ptr<const model::Transformer>& m, int batch
   std::atomic<double> t_all_first{0};
   std::vector<infer::RequestHandle> handles;
   std::vector<double> first_at(batch, -1.0);  // written on the engine thread, read after wait()
+  infer::EngineStats at_decode;  // snapshot once every request has its first token
   for (int b = 0; b < batch; ++b) {
     infer::GenerationRequest r;
     r.prompt_ids = shared_prefix;
@@ -171,6 +173,7 @@ RunStats run_batch(const std::shared_ptr<const model::Transformer>& m, int batch
       if (t_all_first.load() > 0) {
         decode_tokens_after.fetch_add(1);
       } else if (first_tokens.fetch_add(1) + 1 == batch) {
+        at_decode = engine.stats();
         t_all_first.store(clock.seconds());
       }
     }));
@@ -193,48 +196,9 @@ RunStats run_batch(const std::shared_ptr<const model::Transformer>& m, int batch
   const double step_total = st.schedule_seconds + st.forward_seconds + st.sample_seconds;
   s.overhead_share = step_total > 0 ? (st.schedule_seconds + st.sample_seconds) / step_total : 0;
   s.cache_hits = st.prefix_cache_hit_tokens;
+  const double decode_forward = st.forward_seconds - at_decode.forward_seconds;
+  if (decode_forward > 0) s.attention_share = (st.attention_seconds - at_decode.attention_seconds) / decode_forward;
   return s;
-}
-
-// The paged attention kernel alone on the shapes of one decode step (every layer).
-double attention_seconds_per_step(const model::Transformer& m, int batch, int context) {
-  const auto& c = m.config();
-  const int ps = 16;
-  const int pages_per_seq = (context + ps - 1) / ps;
-  const int64_t kvh = c.num_key_value_heads, qk = c.qk_head_dim(), vd = c.v_dim();
-  std::vector<float> k(size_t(batch) * pages_per_seq * ps * kvh * qk, 0.01f);
-  std::vector<float> v(size_t(batch) * pages_per_seq * ps * kvh * vd, 0.02f);
-  std::vector<float> q(size_t(batch) * c.num_attention_heads * qk, 0.1f);
-  std::vector<float> out(size_t(batch) * c.num_attention_heads * vd);
-  std::vector<int32_t> tables(size_t(batch) * pages_per_seq);
-  for (size_t i = 0; i < tables.size(); ++i) tables[i] = static_cast<int32_t>(i);
-  std::vector<kernels::AttentionSeq> seqs(batch);
-  std::vector<int32_t> token_seq(batch);
-  for (int b = 0; b < batch; ++b) {
-    seqs[b].token_begin = b;
-    seqs[b].num_tokens = 1;
-    seqs[b].context_len = context - 1;
-    seqs[b].page_table = tables.data() + size_t(b) * pages_per_seq;
-    token_seq[b] = b;
-  }
-  kernels::AttentionDims d;
-  d.num_heads = c.num_attention_heads;
-  d.num_kv_heads = kvh;
-  d.qk_dim = qk;
-  d.v_dim = vd;
-  d.scale = 1.0f / std::sqrt(float(qk));
-  kernels::KvSource src{k.data(), v.data(), ps};
-  kernels::AttentionScratch scratch;
-  kernels::attention(q.data(), src, seqs.data(), batch, token_seq.data(), batch, d, out.data(), scratch);
-  // Best of several: the machine is shared, and the least disturbed run is the kernel's cost.
-  double best = 1e30;
-  for (int r = 0; r < 7; ++r) {
-    BenchTimer t;
-    for (int64_t l = 0; l < c.num_hidden_layers; ++l)
-      kernels::attention(q.data(), src, seqs.data(), batch, token_seq.data(), batch, d, out.data(), scratch);
-    best = std::min(best, t.seconds());
-  }
-  return best;
 }
 
 struct DecodeFlags {
@@ -260,20 +224,19 @@ void run_decode(const DecodeFlags& f) {
     const double ctx = f.prompt + f.gen / 2.0;
     const double kv_bytes = double(b) * ctx * m->kv_bytes_per_token();
     const double bytes_per_s = (weight_bytes + kv_bytes) / s.step_seconds;
-    const double attn = attention_seconds_per_step(*m, b, static_cast<int>(ctx));
     if (b == 1) tps1 = s.decode_tps;
     std::printf(
-        "batch %2d: %8.1f tok/s  step %6.1f ms  %6.1f GB/s streamed (%3.0f%% of copy bw)  attention %4.1f%% of step  "
+        "batch %2d: %8.1f tok/s  step %6.1f ms  %6.1f GB/s streamed (%3.0f%% of copy bw)  attention %4.1f%% of forward  "
         "engine overhead %4.2f%%%s\n",
         b, s.decode_tps, s.step_seconds * 1e3, bytes_per_s / 1e9, 100 * bytes_per_s / bw,
-        100 * attn / s.step_seconds, 100 * s.overhead_share,
+        100 * s.attention_share, 100 * s.overhead_share,
         (b != 1 && tps1 > 0) ? str_cat("  (", static_cast<int>(s.decode_tps / tps1 * 10) / 10.0, "x batch 1)").c_str()
                              : "");
     report["batches"].push_back({{"batch", b},
                                  {"tokens_per_s", s.decode_tps},
                                  {"step_ms", s.step_seconds * 1e3},
                                  {"bytes_per_s", bytes_per_s},
-                                 {"attention_share", attn / s.step_seconds},
+                                 {"attention_share", s.attention_share},
                                  {"overhead_share", s.overhead_share}});
   }
   if (f.json) std::printf("%s\n", report.dump().c_str());

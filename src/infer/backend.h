@@ -31,7 +31,7 @@ class ForwardBackend {
   virtual ~ForwardBackend() = default;
   virtual const ModelInfo& info() const = 0;
   virtual void forward(const model::Batch& batch, const model::PagedKv& kv, float* logits) = 0;
-  // Seconds spent in attention since construction (0 if the model does not measure it).
+  // Seconds spent in the attention kernel since construction (0 if the model does not measure it).
   virtual double attention_seconds() const { return 0.0; }
 };
 

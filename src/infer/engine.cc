@@ -456,6 +456,7 @@ void Engine::Impl::step() {
   stats_.schedule_seconds += t_schedule;
   stats_.forward_seconds += t_forward - t_schedule;
   stats_.sample_seconds += t_total - t_forward;
+  stats_.attention_seconds = backend_->attention_seconds();  // same moment as forward_seconds
 }
 
 void Engine::Impl::publish_stats() {
@@ -467,7 +468,6 @@ void Engine::Impl::publish_stats() {
   stats_.kv_pages_free = pool_.num_available();
   stats_.kv_pages_cached = pool_.num_cached();
   stats_.preemptions = scheduler_.preemptions();
-  stats_.attention_seconds = backend_->attention_seconds();
   stats_.prefix_cache_hit_rate =
       stats_.prompt_tokens_total ? double(stats_.prefix_cache_hit_tokens) / double(stats_.prompt_tokens_total) : 0.0;
 }

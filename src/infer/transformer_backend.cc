@@ -24,10 +24,14 @@ class TransformerBackend : public ForwardBackend {
     info_.v_head_dim = g.v_head_dim;
     info_.max_context = static_cast<int32_t>(std::min<int64_t>(c.max_position_embeddings, 1 << 30));
     info_.eos_ids = c.eos_token_ids;
+    ws_.profile.enabled = true;  // two clock reads per operation: microseconds per step
   }
   const ModelInfo& info() const override { return info_; }
   void forward(const model::Batch& batch, const model::PagedKv& kv, float* logits) override {
     model_->forward(batch, &kv, ws_, logits);
+  }
+  double attention_seconds() const override {
+    return ws_.profile.seconds[static_cast<size_t>(model::ForwardOp::kAttention)];
   }
 
  private:
