@@ -18,7 +18,7 @@
 #include "base/json.h"
 #include "base/parallel.h"
 #include "base/timer.h"
-#include "train/arch.h"
+#include "model/config.h"
 #include "train/model.h"
 #include "train/optimizer.h"
 #include "train/safetensors_io.h"
@@ -66,7 +66,7 @@ int main(int argc, char** argv) {
            {"num_hidden_layers", 4}, {"num_attention_heads", 4}, {"num_key_value_heads", 4},
            {"tie_word_embeddings", true}, {"max_position_embeddings", 512}};
   }
-  const Arch arch = arch_from_hf_config(cfg, preset);
+  const model::ModelConfig arch = model::ModelConfig::from_json(cfg, preset);
   TrainModel model(arch);
   model.init_weights(1);
   const auto dir = std::filesystem::temp_directory_path() / ("astrai_train_bench_" + std::to_string(::getpid()));
@@ -112,7 +112,7 @@ int main(int argc, char** argv) {
   const int64_t tokens = batch * seq * (steps - 1);
   const double nonembed = static_cast<double>(model.num_params()) - static_cast<double>(arch.vocab_size * arch.hidden_size);
   const double flops = (6.0 * (nonembed + static_cast<double>(arch.vocab_size * arch.hidden_size)) +
-                        6.0 * arch.num_layers * seq * arch.hidden_size) * static_cast<double>(tokens);
+                        6.0 * arch.num_hidden_layers * seq * arch.hidden_size) * static_cast<double>(tokens);
 
   const std::string py = std::string("OMP_NUM_THREADS=") + std::to_string(threads) + " /usr/bin/python3 " +
                          ASTRAI_SOURCE_DIR + "/bench/train_bench_torch.py " + dir.string() + " " +
