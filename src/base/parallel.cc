@@ -17,4 +17,6 @@ void set_num_threads(int n) {
   openblas_set_num_threads(n);
 }
 
+void release_idle_threads() { omp_pause_resource_all(omp_pause_soft); }
+
 }  // namespace astrai

@@ -136,10 +136,11 @@ std::vector<int32_t> random_ids(uint64_t seed, int n, int vocab) {
 }
 
 struct RunStats {
-  double decode_tps = 0;       // aggregate tokens/s once every request decodes
+  double decode_tps = 0;       // aggregate tokens/s while every request of the batch decodes
   double step_seconds = 0;     // mean decode step
   double overhead_share = 0;   // scheduling + sampling / step (whole run)
   double attention_share = 0;  // attention / forward time over the decode phase (in-step profile)
+  double forward_ms = 0;        // mean forward pass of a decode-phase engine step
   double mean_ttft = 0, total_seconds = 0;
   uint64_t cache_hits = 0;
 };
@@ -153,13 +154,19 @@ RunStats run_batch(const std::shared_ptr<const model::Transformer>& m, int batch
   const int64_t tokens = int64_t(batch) * (prompt_len + int64_t(shared_prefix.size()) + gen + 32);
   o.kv_cache_bytes = std::max<int64_t>(tokens * m->kv_bytes_per_token(), 64 << 20);
   infer::Engine engine(m, nullptr, o);
-  std::atomic<int> first_tokens{0};
-  std::atomic<int64_t> decode_tokens_after{0};
   BenchTimer clock;
-  std::atomic<double> t_all_first{0};
   std::vector<infer::RequestHandle> handles;
-  std::vector<double> first_at(batch, -1.0);  // written on the engine thread, read after wait()
-  infer::EngineStats at_decode;  // snapshot once every request has its first token
+  // Callbacks run on the engine thread, one at a time; the main thread reads these after
+  // wait(). The decode window starts in the step after the one that gives the last request its
+  // first token and ends at the step in which the first request finishes: every step inside
+  // it is a pure decode step of the whole batch. Snapshots are taken at the same point of a
+  // step (during its sampling), so their time difference is a whole number of steps.
+  std::vector<double> first_at(batch, -1.0);
+  int have_first = 0;
+  uint64_t open_step = 0;  // steps completed before the step that completed the first tokens
+  bool opened = false, closed = false;
+  double t_open = 0, t_close = 0;
+  infer::EngineStats at_open, at_close;
   for (int b = 0; b < batch; ++b) {
     infer::GenerationRequest r;
     r.prompt_ids = shared_prefix;
@@ -168,14 +175,19 @@ RunStats run_batch(const std::shared_ptr<const model::Transformer>& m, int batch
     r.sampling.temperature = 0;
     r.sampling.max_tokens = gen;
     r.sampling.ignore_eos = true;
-    handles.push_back(engine.submit(std::move(r), [&, batch, b](const infer::ChoiceDelta&) {
-      if (first_at[b] < 0) first_at[b] = clock.seconds();
-      if (t_all_first.load() > 0) {
-        decode_tokens_after.fetch_add(1);
-      } else if (first_tokens.fetch_add(1) + 1 == batch) {
-        at_decode = engine.stats();
-        t_all_first.store(clock.seconds());
+    handles.push_back(engine.submit(std::move(r), [&, batch, b](const infer::ChoiceDelta& d) {
+      const double now = clock.seconds();
+      if (first_at[b] < 0) {
+        first_at[b] = now;
+        if (++have_first == batch) open_step = engine.stats().steps;
+        return;
       }
+      if (have_first < batch || closed) return;
+      if (!opened) {
+        const infer::EngineStats st = engine.stats();
+        if (st.steps > open_step) at_open = st, t_open = now, opened = true;
+      }
+      if (opened && d.finish != infer::FinishReason::kNone) at_close = engine.stats(), t_close = now, closed = true;
     }));
   }
   RunStats s;
@@ -187,17 +199,18 @@ RunStats run_batch(const std::shared_ptr<const model::Transformer>& m, int batch
   for (double t : first_at) ttft += t;
   s.total_seconds = clock.seconds();
   s.mean_ttft = ttft / batch;
-  const double decode_time = s.total_seconds - t_all_first.load();
-  if (decode_time > 0 && decode_tokens_after.load() > 0) {
-    s.decode_tps = double(decode_tokens_after.load()) / decode_time;
-    s.step_seconds = decode_time / (double(decode_tokens_after.load()) / batch);
-  }
   const auto st = engine.stats();
+  s.cache_hits = st.prefix_cache_hit_tokens;
   const double step_total = st.schedule_seconds + st.forward_seconds + st.sample_seconds;
   s.overhead_share = step_total > 0 ? (st.schedule_seconds + st.sample_seconds) / step_total : 0;
-  s.cache_hits = st.prefix_cache_hit_tokens;
-  const double decode_forward = st.forward_seconds - at_decode.forward_seconds;
-  if (decode_forward > 0) s.attention_share = (st.attention_seconds - at_decode.attention_seconds) / decode_forward;
+  if (closed && at_close.steps > at_open.steps) {
+    const double steps = double(at_close.steps - at_open.steps);
+    const double forward = at_close.forward_seconds - at_open.forward_seconds;
+    s.step_seconds = (t_close - t_open) / steps;
+    s.decode_tps = batch / s.step_seconds;
+    s.forward_ms = 1e3 * forward / steps;
+    if (forward > 0) s.attention_share = (at_close.attention_seconds - at_open.attention_seconds) / forward;
+  }
   return s;
 }
 
@@ -226,15 +239,16 @@ void run_decode(const DecodeFlags& f) {
     const double bytes_per_s = (weight_bytes + kv_bytes) / s.step_seconds;
     if (b == 1) tps1 = s.decode_tps;
     std::printf(
-        "batch %2d: %8.1f tok/s  step %6.1f ms  %6.1f GB/s streamed (%3.0f%% of copy bw)  attention %4.1f%% of forward  "
+        "batch %2d: %8.1f tok/s  step %6.1f ms (forward %6.1f ms)  %6.1f GB/s streamed (%3.0f%% of copy bw)  attention %4.1f%% of forward  "
         "engine overhead %4.2f%%%s\n",
-        b, s.decode_tps, s.step_seconds * 1e3, bytes_per_s / 1e9, 100 * bytes_per_s / bw,
+        b, s.decode_tps, s.step_seconds * 1e3, s.forward_ms, bytes_per_s / 1e9, 100 * bytes_per_s / bw,
         100 * s.attention_share, 100 * s.overhead_share,
         (b != 1 && tps1 > 0) ? str_cat("  (", static_cast<int>(s.decode_tps / tps1 * 10) / 10.0, "x batch 1)").c_str()
                              : "");
     report["batches"].push_back({{"batch", b},
                                  {"tokens_per_s", s.decode_tps},
                                  {"step_ms", s.step_seconds * 1e3},
+                                 {"forward_ms", s.forward_ms},
                                  {"bytes_per_s", bytes_per_s},
                                  {"attention_share", s.attention_share},
                                  {"overhead_share", s.overhead_share}});
