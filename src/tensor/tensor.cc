@@ -5,25 +5,38 @@
 #include <sstream>
 
 #include "base/error.h"
+#include "base/huge_buffer.h"
 #include "base/mapped_file.h"
 
 namespace astrai {
 namespace {
 
+// Owned host memory, zero-filled. Large buffers (weights, optimizer state) come from
+// HugeBuffer: 2 MiB-aligned and advised for huge pages, which streams weights faster than
+// 4 KiB pages (fewer TLB misses; see base/huge_buffer.h).
 class HostStorage final : public Storage {
  public:
   explicit HostStorage(size_t bytes) : bytes_(bytes) {
+    if (bytes >= kHugeMin) {
+      huge_ = HugeBuffer((bytes + sizeof(float) - 1) / sizeof(float));
+      data_ = huge_.data();
+      return;
+    }
     const size_t rounded = (bytes + 63) / 64 * 64;
     data_ = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
     if (data_ == nullptr) fail("out of memory allocating ", bytes, " bytes");
     std::memset(data_, 0, rounded == 0 ? 64 : rounded);
   }
-  ~HostStorage() override { std::free(data_); }
+  ~HostStorage() override {
+    if (!huge_.data()) std::free(data_);
+  }
   void* data() override { return data_; }
   size_t bytes() const override { return bytes_; }
   Device device() const override { return Device::kCpu; }
 
  private:
+  static constexpr size_t kHugeMin = size_t{4} << 20;
+  HugeBuffer huge_;
   void* data_;
   size_t bytes_;
 };
