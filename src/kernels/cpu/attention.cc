@@ -7,6 +7,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "kernels/cpu/vec_math.h"
 
@@ -76,8 +77,8 @@ inline void qk_scores(const QueryBlock& qb, const float* kr, int64_t ks, int64_t
   }
 }
 
-// s[i] = exp(s[i] - max(s)) / sum, in place.
-inline void att_softmax(float* s, int64_t n) {
+// s[i] = exp(s[i] - max(s)) / sum, in place; returns the log-sum-exp max + log(sum).
+inline float att_softmax(float* s, int64_t n) {
   __m512 mx = _mm512_set1_ps(-INFINITY);
   for (int64_t i = 0; i < n; i += 16) mx = _mm512_max_ps(mx, _mm512_mask_loadu_ps(mx, tail_mask(n - i), s + i));
   const __m512 m = _mm512_set1_ps(_mm512_reduce_max_ps(mx));
@@ -88,11 +89,13 @@ inline void att_softmax(float* s, int64_t n) {
     acc = _mm512_add_ps(acc, _mm512_maskz_mov_ps(k, e));
     _mm512_mask_storeu_ps(s + i, k, e);
   }
-  const __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(acc));
+  const float total = _mm512_reduce_add_ps(acc);
+  const __m512 inv = _mm512_set1_ps(1.0f / total);
   for (int64_t i = 0; i < n; i += 16) {
     const __mmask16 k = tail_mask(n - i);
     _mm512_mask_storeu_ps(s + i, k, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, s + i), inv));
   }
+  return _mm512_reduce_max_ps(mx) + std::log(total);
 }
 
 // Weighted sum of V rows: key position j (absolute, p0 + i) goes to the even or odd set of
@@ -178,11 +181,13 @@ inline void qk_scores(const QueryBlock& qb, const float* kr, int64_t ks, int64_t
 inline void att_axpy(float p, const float* x, int64_t n, float* y) {
   for (int64_t i = 0; i < n; ++i) y[i] += p * x[i];
 }
-inline void att_softmax(float* s, int64_t n) {
+inline float att_softmax(float* s, int64_t n) {
   const float m = max_value(s, n);
   exp_shifted(s, m, n, s);
-  const float inv = 1.0f / sum(s, n);
+  const float total = sum(s, n);
+  const float inv = 1.0f / total;
   for (int64_t i = 0; i < n; ++i) s[i] *= inv;
+  return m + std::log(total);
 }
 #endif
 
@@ -228,7 +233,8 @@ inline void for_each_kv_run(const KvSource& kv, const AttentionSeq& s, int64_t k
 // One work item: tokens [t0, t0 + nt) of sequence s against kv head kvh. scores holds
 // [nt * groups][max_len], acc [nt * groups][acc_stride].
 void attend_block(const float* q, const KvSource& kv, const AttentionSeq& s, int64_t t0, int64_t nt, int64_t kvh,
-                  const AttentionDims& d, float* out, float* scores, int64_t max_len, float* acc, int64_t acc_stride) {
+                  const AttentionDims& d, float* out, float* lse, float* scores, int64_t max_len, float* acc,
+                  int64_t acc_stride) {
   const int64_t groups = d.num_heads / d.num_kv_heads;
   const int64_t rows = nt * groups;
   // Causal: token t0 + j sees positions [0, len0 + j).
@@ -239,7 +245,10 @@ void attend_block(const float* q, const KvSource& kv, const AttentionSeq& s, int
                   [&](int64_t p0, int64_t n, const float* kr, const float*, int64_t ks, int64_t) {
     qk_scores(qb, kr, ks, p0, n, d.scale, scores, max_len);
   });
-  for (int64_t r = 0; r < rows; ++r) att_softmax(scores + r * max_len, len0 + r / groups);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float l = att_softmax(scores + r * max_len, len0 + r / groups);
+    if (lse) lse[(t0 + r / groups) * d.num_heads + kvh * groups + r % groups] = l;
+  }
   std::fill(acc, acc + rows * acc_stride, 0.0f);
   const PvSpanFn span = pv_span_fn((d.v_dim + 15) / 16);
   for_each_kv_run(kv, s, kvh, d, len_max, false,
@@ -273,7 +282,7 @@ void attend_block(const float* q, const KvSource& kv, const AttentionSeq& s, int
 }  // namespace
 
 void attention(const float* q, const KvSource& kv, const AttentionSeq* seqs, int64_t num_seqs,
-               const AttentionDims& d, float* out, AttentionScratch& scratch) {
+               const AttentionDims& d, float* out, AttentionScratch& scratch, float* lse) {
   const int64_t groups = d.num_heads / d.num_kv_heads;
   // Work items: blocks of up to kTokenBlock consecutive tokens of one sequence, per kv head.
   scratch.blocks.clear();
@@ -302,7 +311,7 @@ void attention(const float* q, const KvSource& kv, const AttentionSeq* seqs, int
 #pragma omp for schedule(static, 1)
     for (int64_t item = 0; item < items; ++item) {
       const AttentionScratch::Block& b = scratch.blocks[static_cast<size_t>(item / d.num_kv_heads)];
-      attend_block(q, kv, seqs[b.seq], b.token, b.count, item % d.num_kv_heads, d, out, scores, max_len, acc,
+      attend_block(q, kv, seqs[b.seq], b.token, b.count, item % d.num_kv_heads, d, out, lse, scores, max_len, acc,
                    acc_stride);
     }
   }

@@ -54,7 +54,9 @@ struct AttentionScratch {
 // sequence are left untouched. Up to 4 consecutive tokens of a sequence are computed together
 // (they share each K/V row read); every output is still computed by the same operations as if
 // its token were alone.
+// lse, if given, receives [T, num_heads] log-sum-exp of each row's scaled scores (training
+// saves it for the backward).
 void attention(const float* q, const KvSource& kv, const AttentionSeq* seqs, int64_t num_seqs,
-               const AttentionDims& d, float* out, AttentionScratch& scratch);
+               const AttentionDims& d, float* out, AttentionScratch& scratch, float* lse = nullptr);
 
 }  // namespace astrai::kernels

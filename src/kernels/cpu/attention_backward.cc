@@ -1,5 +1,7 @@
 #include "kernels/cpu/attention_backward.h"
 
+#include "kernels/cpu/attention.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -23,42 +25,17 @@ inline void axpy(float alpha, const float* x, float* y, int64_t n) {
 
 }  // namespace
 
+// The inference kernel (attention.cc) over the batch's own K/V, one sequence per document:
+// the same blocked, vectorised loops, plus the log-sum-exp of every row.
 void attention_forward_train(const float* q, const float* k, const float* v,
                              const std::vector<AttnSpan>& spans, const AttnShape& s, float* out,
                              float* lse) {
-  const int64_t H = s.heads, KV = s.kv_heads, dqk = s.qk_dim, dv = s.v_dim;
-  const int64_t group = H / KV;
-  const int64_t items = static_cast<int64_t>(spans.size()) * H;
-  int32_t max_len = 0;
-  for (const auto& sp : spans) max_len = std::max(max_len, sp.len);
-#pragma omp parallel
-  {
-    std::vector<float> p(static_cast<size_t>(max_len));
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t item = 0; item < items; ++item) {
-      const AttnSpan& sp = spans[item / H];
-      const int64_t h = item % H, kh = h / group;
-      for (int64_t i = 0; i < sp.len; ++i) {
-        const int64_t ti = sp.begin + i;
-        const float* qi = q + (ti * H + h) * dqk;
-        float m = -std::numeric_limits<float>::infinity();
-        for (int64_t j = 0; j <= i; ++j) {
-          p[j] = dot(qi, k + ((sp.begin + j) * KV + kh) * dqk, dqk) * s.scale;
-          m = std::max(m, p[j]);
-        }
-        float sum = 0.0f;
-        for (int64_t j = 0; j <= i; ++j) {
-          p[j] = std::exp(p[j] - m);
-          sum += p[j];
-        }
-        const float inv = 1.0f / sum;
-        float* oi = out + (ti * H + h) * dv;
-        std::memset(oi, 0, sizeof(float) * dv);
-        for (int64_t j = 0; j <= i; ++j) axpy(p[j] * inv, v + ((sp.begin + j) * KV + kh) * dv, oi, dv);
-        lse[ti * H + h] = m + std::log(sum);
-      }
-    }
-  }
+  thread_local std::vector<AttentionSeq> seqs;
+  thread_local AttentionScratch scratch;
+  seqs.clear();
+  for (const AttnSpan& sp : spans) seqs.push_back(AttentionSeq{sp.begin, sp.len, 0, nullptr});
+  const AttentionDims d{s.heads, s.kv_heads, s.qk_dim, s.v_dim, s.scale};
+  attention(q, KvSource{k, v, 0}, seqs.data(), static_cast<int64_t>(seqs.size()), d, out, scratch, lse);
 }
 
 void attention_backward(const float* dout, const float* q, const float* k, const float* v,

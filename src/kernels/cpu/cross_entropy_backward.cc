@@ -4,19 +4,17 @@
 #include <cmath>
 #include <vector>
 
+#include "kernels/cpu/vexp.h"
+
 namespace astrai::kernels {
 
 namespace {
 
 // max and log Σ exp(z − max) of one row.
 inline void row_stats(const float* z, int64_t vocab, float* max_out, float* lse_out) {
-  float m = z[0];
-  for (int64_t c = 1; c < vocab; ++c) m = std::max(m, z[c]);
-  float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-  for (int64_t c = 0; c < vocab; ++c) sum += std::exp(z[c] - m);
+  const float m = vmax(z, vocab);
   *max_out = m;
-  *lse_out = m + std::log(sum);
+  *lse_out = m + std::log(exp_shift_sum(z, m, vocab));
 }
 
 }  // namespace
@@ -47,8 +45,7 @@ double cross_entropy_forward_backward(const float* logits, const int32_t* target
       const float uniform = eps / static_cast<float>(vocab);
       const float target_y = z[y];
       float* d = dlogits + t * vocab;
-#pragma omp simd
-      for (int64_t c = 0; c < vocab; ++c) d[c] = grad_scale * (std::exp(z[c] - lse) - uniform);
+      exp_affine(z, lse, grad_scale, -grad_scale * uniform, vocab, d);
       d[y] = grad_scale * (std::exp(target_y - lse) - uniform - (1.0f - eps));
     }
   }
@@ -86,8 +83,7 @@ void token_logprobs_backward(const float* logits, const int32_t* targets, const 
     row_stats(z, vocab, &m, &lse);
     const float g = dlogp[t];
     const float zy = z[y];
-#pragma omp simd
-    for (int64_t c = 0; c < vocab; ++c) d[c] = -g * std::exp(z[c] - lse);
+    exp_affine(z, lse, -g, 0.0f, vocab, d);
     d[y] = g * (1.0f - std::exp(zy - lse));
   }
 }
