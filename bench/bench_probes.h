@@ -3,6 +3,8 @@
 // ceilings measured in the same process.
 #pragma once
 
+#include "base/huge_buffer.h"
+
 #include <cblas.h>
 #include <dlfcn.h>
 #include <immintrin.h>
@@ -96,17 +98,18 @@ struct CopyBandwidth {
 };
 
 // Copies `bytes` (split evenly over the current OpenMP threads) and streams the same bytes
-// through a vector sum. Pages are touched first by the thread that will use them.
+// through a vector sum. Pages are touched first by the thread that will use them; the buffers
+// are HugeBuffers, as the model weights and the KV pool are.
 inline CopyBandwidth copy_bandwidth(size_t bytes = size_t{1} << 30) {
   const size_t n = bytes / 2 / sizeof(float);
-  auto src = alloc<float>(n), dst = alloc<float>(n);
+  HugeBuffer src(n), dst(n);  // huge pages, like the weights and the KV cache
   const int nt = omp_get_max_threads();
 #pragma omp parallel num_threads(nt)
   {
     const int t = omp_get_thread_num();
     const size_t b = n * t / nt, e = n * (t + 1) / nt;
-    for (size_t i = b; i < e; ++i) src[i] = static_cast<float>(i & 1023);
-    std::memset(dst.get() + b, 0, (e - b) * sizeof(float));
+    for (size_t i = b; i < e; ++i) src.data()[i] = static_cast<float>(i & 1023);
+    std::memset(dst.data() + b, 0, (e - b) * sizeof(float));
   }
   const double copy_s = best_seconds(
       [&] {
@@ -114,7 +117,7 @@ inline CopyBandwidth copy_bandwidth(size_t bytes = size_t{1} << 30) {
         {
           const int t = omp_get_thread_num();
           const size_t b = n * t / nt, e = n * (t + 1) / nt;
-          std::memcpy(dst.get() + b, src.get() + b, (e - b) * sizeof(float));
+          std::memcpy(dst.data() + b, src.data() + b, (e - b) * sizeof(float));
         }
       },
       0.5, 3);
@@ -129,10 +132,10 @@ inline CopyBandwidth copy_bandwidth(size_t bytes = size_t{1} << 30) {
           __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
           size_t i = b;
           for (; i + 64 <= e; i += 64) {
-            a0 = _mm512_add_ps(a0, _mm512_loadu_ps(&src[i]));
-            a1 = _mm512_add_ps(a1, _mm512_loadu_ps(&src[i + 16]));
-            a2 = _mm512_add_ps(a2, _mm512_loadu_ps(&src[i + 32]));
-            a3 = _mm512_add_ps(a3, _mm512_loadu_ps(&src[i + 48]));
+            a0 = _mm512_add_ps(a0, _mm512_loadu_ps(&src.data()[i]));
+            a1 = _mm512_add_ps(a1, _mm512_loadu_ps(src.data() + i + 16));
+            a2 = _mm512_add_ps(a2, _mm512_loadu_ps(src.data() + i + 32));
+            a3 = _mm512_add_ps(a3, _mm512_loadu_ps(src.data() + i + 48));
           }
           total += _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
         }
