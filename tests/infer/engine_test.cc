@@ -192,14 +192,21 @@ TEST(Engine, PrefixCacheOffNeverHits) {
 TEST(Engine, CancelMidPrefillReturnsPages) {
   auto rig = make_engine(small(4, 4096, 8));
   std::mt19937 rng(6);
-  std::promise<void> started;
+  std::promise<void> started, cancelled;
+  std::shared_future<void> cancel_sent = cancelled.get_future().share();
   std::atomic<int> forwards{0};
+  // The third forward waits until cancel() has returned, so the cancellation always lands in
+  // the middle of the prefill, however the two threads are scheduled.
   rig.model->before_forward = [&](const astrai::model::Batch&) {
-    if (++forwards == 3) started.set_value();
+    if (++forwards == 3) {
+      started.set_value();
+      cancel_sent.wait();
+    }
   };
   auto h = rig.engine->submit(greedy(random_prompt(rng, 200), 10));
   started.get_future().wait();
   rig.engine->cancel(h);
+  cancelled.set_value();
   auto r = h.wait();
   EXPECT_EQ(r.choices[0].finish, FinishReason::kCancelled);
   EXPECT_TRUE(r.choices[0].token_ids.empty());

@@ -8,11 +8,7 @@
 #include "kernels/cpu/vec_math.h"
 
 #if defined(__AVX512F__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#include <immintrin.h>
-
+#include "kernels/cpu/exp512.h"
 #include "kernels/cpu/reduce8.h"
 #endif
 
@@ -26,10 +22,6 @@ struct QueryBlock {
 };
 
 #if defined(__AVX512F__)
-inline __mmask16 tail_mask(int64_t remaining) {
-  return remaining >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << remaining) - 1);
-}
-
 // Scores of every query row of the block against n keys (rows kr + i * ks), written at key
 // offset p0: s[row * ld + p0 + i] = (q_row . k_i) * scale. Each dot is one FMA chain over
 // 16-wide steps of dim (the tail masked), its lanes summed by the reduce8 tree; keys go 8 at
@@ -62,7 +54,6 @@ inline void qk_scores(const QueryBlock& qb, const float* kr, int64_t ks, int64_t
     }
   }
 }
-#pragma GCC diagnostic pop
 #else
 inline void qk_scores(const QueryBlock& qb, const float* kr, int64_t ks, int64_t p0, int64_t n, float scale, float* s,
                       int64_t ld) {

@@ -1,11 +1,23 @@
-// exp512: exp_approx (vec_math.h) on 16 lanes with AVX-512: the same clamp, range reduction
+// exp512: exp_approx (vec_math.h) on 16 lanes with AVX-512 (and tail_mask for loops over n): the same clamp, range reduction
 // and degree-6 polynomial, so kernels that need many exponentials (softmax, SiLU) get them
 // at vector speed. Only built where __AVX512F__ is defined.
 #pragma once
 
 #include <immintrin.h>
 
+#include <cstdint>
+
+// GCC 12's AVX-512 headers (_mm512_undefined_ps) trip the uninitialized warnings.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+
 namespace astrai::kernels {
+
+// Mask of the first min(remaining, 16) lanes.
+inline __mmask16 tail_mask(int64_t remaining) {
+  return remaining >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << remaining) - 1);
+}
 
 inline __m512 exp512(__m512 x) {
   x = _mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(88.0f)), _mm512_set1_ps(-87.0f));
@@ -25,3 +37,5 @@ inline __m512 exp512(__m512 x) {
 }
 
 }  // namespace astrai::kernels
+
+#pragma GCC diagnostic pop

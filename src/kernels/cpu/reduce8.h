@@ -6,6 +6,10 @@
 
 #include <immintrin.h>
 
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+
 namespace astrai::kernels {
 
 // out[c] = fixed-tree sum of the 16 lanes of v[c], c < 8. Lanes of different v never mix, so
@@ -38,3 +42,5 @@ inline __m256 reduce8(__m512 v0, __m512 v1, __m512 v2, __m512 v3, __m512 v4, __m
 }
 
 }  // namespace astrai::kernels
+
+#pragma GCC diagnostic pop

@@ -18,7 +18,7 @@ void swiglu_forward_train(const float* a, const float* b, int64_t n, float* h) {
     const int64_t end = std::min(n, (c + 1) * kChunk);
 #if defined(__AVX512F__)
     for (int64_t i = c * kChunk; i < end; i += 16) {
-      const __mmask16 k = vexp_mask(end - i);
+      const __mmask16 k = tail_mask(end - i);
       const __m512 av = _mm512_maskz_loadu_ps(k, a + i);
       const __m512 silu = _mm512_mul_ps(av, sigmoid16(av));
       _mm512_mask_storeu_ps(h + i, k, _mm512_mul_ps(silu, _mm512_maskz_loadu_ps(k, b + i)));
@@ -37,7 +37,7 @@ void swiglu_backward(const float* dh, const float* a, const float* b, int64_t n,
 #if defined(__AVX512F__)
     const __m512 one = _mm512_set1_ps(1.0f);
     for (int64_t i = c * kChunk; i < end; i += 16) {
-      const __mmask16 k = vexp_mask(end - i);
+      const __mmask16 k = tail_mask(end - i);
       const __m512 av = _mm512_maskz_loadu_ps(k, a + i), bv = _mm512_maskz_loadu_ps(k, b + i);
       const __m512 g = _mm512_maskz_loadu_ps(k, dh + i);
       const __m512 sg = sigmoid16(av);

@@ -8,25 +8,16 @@
 #include "kernels/cpu/vec_math.h"
 
 #if defined(__AVX512F__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#include <immintrin.h>
-
 #include "kernels/cpu/exp512.h"
 #endif
 
 namespace astrai::kernels {
 
 #if defined(__AVX512F__)
-inline __mmask16 vexp_mask(int64_t remaining) {
-  return remaining >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << remaining) - 1);
-}
-
 // max of x[0, n), n >= 1.
 inline float vmax(const float* x, int64_t n) {
   __m512 m = _mm512_set1_ps(-INFINITY);
-  for (int64_t i = 0; i < n; i += 16) m = _mm512_max_ps(m, _mm512_mask_loadu_ps(m, vexp_mask(n - i), x + i));
+  for (int64_t i = 0; i < n; i += 16) m = _mm512_max_ps(m, _mm512_mask_loadu_ps(m, tail_mask(n - i), x + i));
   return _mm512_reduce_max_ps(m);
 }
 
@@ -35,7 +26,7 @@ inline float exp_shift_sum(const float* x, float shift, int64_t n) {
   const __m512 s = _mm512_set1_ps(shift);
   __m512 acc = _mm512_setzero_ps();
   for (int64_t i = 0; i < n; i += 16) {
-    const __mmask16 k = vexp_mask(n - i);
+    const __mmask16 k = tail_mask(n - i);
     acc = _mm512_add_ps(acc, _mm512_maskz_mov_ps(k, exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + i), s))));
   }
   return _mm512_reduce_add_ps(acc);
@@ -45,7 +36,7 @@ inline float exp_shift_sum(const float* x, float shift, int64_t n) {
 inline void exp_affine(const float* x, float shift, float a, float b, int64_t n, float* y) {
   const __m512 s = _mm512_set1_ps(shift), av = _mm512_set1_ps(a), bv = _mm512_set1_ps(b);
   for (int64_t i = 0; i < n; i += 16) {
-    const __mmask16 k = vexp_mask(n - i);
+    const __mmask16 k = tail_mask(n - i);
     const __m512 e = exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + i), s));
     _mm512_mask_storeu_ps(y + i, k, _mm512_fmadd_ps(av, e, bv));
   }
@@ -56,7 +47,6 @@ inline __m512 sigmoid16(__m512 x) {
   const __m512 one = _mm512_set1_ps(1.0f);
   return _mm512_div_ps(one, _mm512_add_ps(one, exp512(_mm512_sub_ps(_mm512_setzero_ps(), x))));
 }
-#pragma GCC diagnostic pop
 #else
 inline float vmax(const float* x, int64_t n) { return max_value(x, n); }
 inline float exp_shift_sum(const float* x, float shift, int64_t n) {
