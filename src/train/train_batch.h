@@ -24,12 +24,6 @@ struct TrainBatch {
     for (int32_t t : targets) n += t >= 0;
     return n;
   }
-  int32_t max_position() const {
-    int32_t m = 0;
-    for (int32_t p : positions) m = p > m ? p : m;
-    return m;
-  }
-
   // Appends one document: inputs ids[0..n-2], targets ids[1..n-1]; when loss_mask is given
   // (same length as ids), target i counts only if loss_mask[i + 1] != 0.
   void add_document(const std::vector<int32_t>& ids, const std::vector<uint8_t>* loss_mask = nullptr) {

@@ -14,6 +14,7 @@
 #include "kernels/cpu/cross_entropy_backward.h"
 #include "kernels/cpu/linear_backward.h"
 #include "kernels/cpu/rmsnorm_backward.h"
+#include "kernels/cpu/rope.h"
 #include "kernels/cpu/rope_backward.h"
 #include "kernels/cpu/swiglu_backward.h"
 #include "model/transformer.h"
@@ -103,14 +104,14 @@ TEST(TrainKernels, SwigluBackward) {
 TEST(TrainKernels, RopeBackwardIsTranspose) {
   for (auto pairing : {kernels::RopePairing::kHalf, kernels::RopePairing::kInterleaved}) {
     const int64_t T = 5, H = 2, hd = 8;
-    float scale = 1.0f;
-    kernels::RopeScaling rs;
-    rs.type = "llama3";
-    rs.factor = 8;
-    rs.original_max_position = 4;
-    auto inv = kernels::rope_inv_freq(hd, 10000.0, rs, &scale);
-    kernels::RopeTable table;
-    table.build(inv, scale, 10);
+    const std::vector<double> inv = {1.0, 0.1, 0.01, 0.001};  // hd / 2 frequencies
+    std::vector<int32_t> rows(11);
+    for (int32_t p = 0; p <= 10; ++p) rows[static_cast<size_t>(p)] = p;
+    kernels::RopeTable table;  // one row per position 0..10
+    table.half = hd / 2;
+    table.cos.resize(11 * hd / 2);
+    table.sin.resize(11 * hd / 2);
+    kernels::rope_sincos(inv.data(), hd / 2, rows.data(), 11, true, table.cos.data(), table.sin.data());
     std::vector<int32_t> pos = {0, 3, 1, 7, 10};
     auto x = randn(T * H * hd, 11), dy = randn(T * H * hd, 12);
     std::vector<float> y, dx = dy;

@@ -5,33 +5,17 @@
 #pragma once
 
 #include <cstdint>
-#include <string>
 #include <vector>
 
 namespace astrai::kernels {
 
 enum class RopePairing { kHalf, kInterleaved };
 
-struct RopeScaling {
-  std::string type;  // "" / "default", "linear", "llama3", "yarn"
-  double factor = 1.0;
-  double low_freq_factor = 1.0;    // llama3
-  double high_freq_factor = 4.0;   // llama3
-  double original_max_position = 8192;  // llama3, yarn
-  double beta_fast = 32.0, beta_slow = 1.0;  // yarn
-  double attention_factor = 0.0;   // yarn; 0 = 0.1·ln(factor) + 1
-};
-
-// inv_freq[i] for i < rot_dim/2 (HF `_compute_*_parameters`), and the factor that scales
-// cos and sin (yarn's attention factor; 1 otherwise).
-std::vector<float> rope_inv_freq(int64_t rot_dim, double theta, const RopeScaling& scaling,
-                                 float* attention_scale);
-
-// cos/sin tables [max_position + 1, rot_dim / 2], angles computed as HF does (f32 pos · inv_freq).
+// cos/sin rows [rows, rot_dim / 2], filled by the caller (the trainer: kernels::rope_sincos over
+// model::rope_inv_freq_into, per document); rope_apply reads row positions[t] for token t.
 struct RopeTable {
   int64_t half = 0;
   std::vector<float> cos, sin;
-  void build(const std::vector<float>& inv_freq, float attention_scale, int32_t max_position);
 };
 
 // Rotates the first rot_dim features of each head of x[tokens, heads, head_dim] in place by
