@@ -5,7 +5,7 @@ betas 0.9/0.95). Prints {"wall_s", "cpu_s", "last_loss"} for updates 1.. (update
 usage: train_bench_torch.py DIR THREADS"""
 import json
 import math
-import struct
+import os
 import sys
 import time
 
@@ -13,23 +13,15 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-
-def read_safetensors(path):
-    data = open(path, "rb").read()
-    n = struct.unpack("<Q", data[:8])[0]
-    header = json.loads(data[8:8 + n])
-    out = {}
-    for name, info in header.items():
-        a, b = info["data_offsets"]
-        out[name] = torch.from_numpy(np.frombuffer(data[8 + n + a:8 + n + b], dtype=np.float32).reshape(info["shape"]).copy())
-    return out
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+from safetensors_np import read_safetensors_f32  # noqa: E402
 
 
 def main():
     d, threads = sys.argv[1], int(sys.argv[2])
     torch.set_num_threads(threads)
     c = json.load(open(d + "/config.json"))
-    P = {k: v.requires_grad_(True) for k, v in read_safetensors(d + "/params.safetensors").items()}
+    P = {k: torch.from_numpy(v).requires_grad_(True) for k, v in read_safetensors_f32(d + "/params.safetensors").items()}
     batches = json.load(open(d + "/batches.json"))
     D, H = c["hidden_size"], c["num_attention_heads"]
     hd = D // H

@@ -29,6 +29,9 @@ import tempfile
 import numpy as np
 import torch
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import safetensors_np as st  # noqa: E402
+
 TOL = 1e-4
 ASTRAI = os.environ.get("ASTRAI_BIN", "astrai")
 torch.manual_seed(0)
@@ -50,23 +53,9 @@ def st_bytes(t: torch.Tensor, dtype: str) -> bytes:
 
 def write_safetensors(path, tensors, dtype="F32", raw_overrides=None):
     """tensors: list of (name, torch tensor). raw_overrides: name -> (dtype, shape, bytes)."""
-    header, blobs, off = {}, [], 0
-    for name, t in tensors:
-        if raw_overrides and name in raw_overrides:
-            dt, shape, b = raw_overrides[name]
-        else:
-            dt, shape, b = dtype, list(t.shape), st_bytes(t, dtype)
-        header[name] = {"dtype": dt, "shape": shape, "data_offsets": [off, off + len(b)]}
-        blobs.append(b)
-        off += len(b)
-    header["__metadata__"] = {"format": "pt"}
-    h = json.dumps(header).encode()
-    h += b" " * ((8 - (8 + len(h)) % 8) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(h)))
-        f.write(h)
-        for b in blobs:
-            f.write(b)
+    entries = [(name,) + tuple(raw_overrides[name]) if raw_overrides and name in raw_overrides
+               else (name, dtype, list(t.shape), st_bytes(t, dtype)) for name, t in tensors]
+    st.write_safetensors(path, entries, {"format": "pt"})
 
 
 def save_model(d, cfg, tensors, dtype="F32", shards=1):

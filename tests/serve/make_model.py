@@ -10,26 +10,13 @@ import argparse
 import json
 import os
 import shutil
-import struct
+import sys
 
 import numpy as np
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from safetensors_np import f32_entry, write_safetensors  # noqa: E402
 
-def write_safetensors(path, tensors):
-    header, blobs, off = {}, [], 0
-    for name, arr in tensors:
-        b = np.ascontiguousarray(arr, dtype=np.float32).tobytes()
-        header[name] = {"dtype": "F32", "shape": list(arr.shape), "data_offsets": [off, off + len(b)]}
-        blobs.append(b)
-        off += len(b)
-    header["__metadata__"] = {"format": "pt"}
-    h = json.dumps(header).encode()
-    h += b" " * ((8 - (8 + len(h)) % 8) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(h)))
-        f.write(h)
-        for b in blobs:
-            f.write(b)
 
 
 def main():
@@ -75,7 +62,7 @@ def main():
               (p + "mlp.up_proj.weight", n(ffn, h)),
               (p + "mlp.down_proj.weight", n(h, ffn))]
     t.append(("model.norm.weight", ones(h)))
-    write_safetensors(os.path.join(a.out, "model.safetensors"), t)
+    write_safetensors(os.path.join(a.out, "model.safetensors"), [f32_entry(n, arr) for n, arr in t], {"format": "pt"})
 
 
 if __name__ == "__main__":

@@ -12,7 +12,6 @@ usage: oracle_train.py TOOL CONFIG_NAME
 import json
 import math
 import os
-import struct
 import subprocess
 import sys
 import tempfile
@@ -20,6 +19,9 @@ import tempfile
 import numpy as np
 import torch
 import torch.nn.functional as F
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import safetensors_np as st  # noqa: E402
 
 CONFIGS = {
     # Llama, tied embeddings, GQA 4:2, half-rotation RoPE, label smoothing.
@@ -90,33 +92,11 @@ CONFIGS = {
 
 
 def write_safetensors(path, tensors):
-    header, blobs, off = {}, [], 0
-    for name, t in tensors.items():
-        b = t.detach().to(torch.float32).contiguous().numpy().tobytes()
-        header[name] = {"dtype": "F32", "shape": list(t.shape), "data_offsets": [off, off + len(b)]}
-        blobs.append(b)
-        off += len(b)
-    h = json.dumps(header).encode()
-    h += b" " * ((8 - len(h) % 8) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(h)))
-        f.write(h)
-        for b in blobs:
-            f.write(b)
+    st.write_safetensors(path, [st.f32_entry(n, t.detach().to(torch.float32).numpy()) for n, t in tensors.items()])
 
 
 def read_safetensors(path):
-    data = open(path, "rb").read()
-    n = struct.unpack("<Q", data[:8])[0]
-    header = json.loads(data[8:8 + n])
-    out = {}
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        a, b = info["data_offsets"]
-        arr = np.frombuffer(data[8 + n + a:8 + n + b], dtype=np.float32).reshape(info["shape"])
-        out[name] = torch.from_numpy(arr.copy())
-    return out
+    return {n: torch.from_numpy(a) for n, a in st.read_safetensors_f32(path).items()}
 
 
 def mla_dims(c):
