@@ -115,6 +115,7 @@ int main(int argc, char** argv) {
   bool decode_only = false, profile = false;
   int64_t ctx = 128;
   int64_t kv_heads = 12;
+  int page_size = 16;  // decode: KV page size
   std::vector<int64_t> decode_batches = {1, 8};
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--quick") == 0) quick = true;
@@ -125,6 +126,7 @@ int main(int argc, char** argv) {
     if (std::strcmp(argv[i], "--profile") == 0) profile = true;
     if (std::strcmp(argv[i], "--ctx") == 0 && i + 1 < argc) ctx = std::atoll(argv[++i]);
     if (std::strcmp(argv[i], "--kv-heads") == 0 && i + 1 < argc) kv_heads = std::atoll(argv[++i]);
+    if (std::strcmp(argv[i], "--page-size") == 0 && i + 1 < argc) page_size = std::atoi(argv[++i]);
     if (std::strcmp(argv[i], "--decode-batches") == 0 && i + 1 < argc) {
       decode_batches.clear();
       for (const char* p = argv[++i]; *p;) {
@@ -202,7 +204,7 @@ int main(int argc, char** argv) {
       if (p.shape.size() == 2 && p.name.find("embed_tokens") == std::string::npos) weight_bytes += p.tensor->nbytes();
     if (config.tie_word_embeddings) weight_bytes += model.weights().lm_head.nbytes();
     for (int64_t b : decode_batches) {
-      model::PagedKv kv = model.kv_geometry(16);
+      model::PagedKv kv = model.kv_geometry(page_size);
       const int64_t pages_per_seq = (ctx + 1 + kv.page_size - 1) / kv.page_size;
       const size_t page_floats = static_cast<size_t>(kv.page_size) * kv.num_kv_heads * kv.k_head_dim;
       std::vector<HugeBuffer> kpool, vpool;  // as the engine's KV pool allocates them

@@ -43,8 +43,10 @@ double linear_seconds(int64_t m, int64_t n, int64_t k, DType dtype, double min_s
 int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // rows appear as they are measured
   bool quick = false;
+  int64_t batch_m = 0;  // --m M: the GEMM table at M rows (decode batches) on the 100M model's shapes
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--quick") == 0) quick = true;
+    if (std::strcmp(argv[i], "--m") == 0 && i + 1 < argc) batch_m = std::atoll(argv[++i]);
     if (std::strcmp(argv[i], "--cpu-time") == 0) bench::clock_mode() = bench::Clock::kCpu;
   }
   const double t_min = quick ? 0.1 : 0.3;
@@ -67,6 +69,9 @@ int main(int argc, char** argv) {
                                {512, 2304, 768},  {4096, 768, 768}, {4096, 2048, 768},
                                {4096, 768, 2048}, {512, 32000, 768}};
   if (quick) shapes = {{512, 768, 768}, {512, 2048, 768}, {512, 768, 2048}};
+  if (batch_m > 0)  // q/k/v, o, gate+up, down and the LM head of the bench decode model
+    shapes = {{batch_m, 1280, 768}, {batch_m, 768, 768}, {batch_m, 4096, 768}, {batch_m, 768, 2048},
+              {batch_m, 32000, 768}};
   std::printf("%5s %6s %6s %3s | %8s %8s %8s %8s | %6s\n", "M", "N", "K", "thr", "openblas", "blis", "f32", "bf16",
               "f32/openblas");
   for (int threads : {1, 2}) {

@@ -190,13 +190,21 @@ std::vector<double> naive_attention(const float* q, const float* k, const float*
   return out;
 }
 
-class AttentionPaged : public ::testing::TestWithParam<int64_t> {};
+struct PagedCase {
+  int64_t page_size;
+  AttentionDims dims;
+};
+
+class AttentionPaged : public ::testing::TestWithParam<PagedCase> {};
 
 // Page sizes 8 (even runs) and 5 (runs starting at odd positions, 8 pages of which the
-// last is partial, in shuffled order) must give the same bits as the contiguous run.
+// last is partial, in shuffled order) must give the same bits as the contiguous run. The
+// head shapes vary how query rows are grouped (3 at a time share each K and V load, across
+// tokens of different lengths when the group size is not 3) and how many rows the V pass
+// keeps in registers (v_dim 80: 2, v_dim 100: 1).
 TEST_P(AttentionPaged, ContiguousAndPagedMatchNaiveAndEachOther) {
-  const AttentionDims d{6, 2, 24, 20, 0.2f};  // GQA 3, qk 24 (masked tails), v 20
-  const int64_t len = 37, ctx = 29, n = len - ctx, ps = GetParam();
+  const AttentionDims d = GetParam().dims;
+  const int64_t len = 37, ctx = 29, n = len - ctx, ps = GetParam().page_size;
   auto k = randn(len * d.num_kv_heads * d.qk_dim, 10), v = randn(len * d.num_kv_heads * d.v_dim, 11);
   auto q = randn(len * d.num_heads * d.qk_dim, 12);
 
@@ -241,7 +249,17 @@ TEST_P(AttentionPaged, ContiguousAndPagedMatchNaiveAndEachOther) {
   omp_set_num_threads(2);
 }
 
-INSTANTIATE_TEST_SUITE_P(PageSizes, AttentionPaged, ::testing::Values(8, 5));
+INSTANTIATE_TEST_SUITE_P(PageSizesAndHeads, AttentionPaged,
+                         ::testing::Values(PagedCase{8, {6, 2, 24, 20, 0.2f}},     // GQA 3, masked qk and v tails
+                                           PagedCase{5, {6, 2, 24, 20, 0.2f}},
+                                           PagedCase{5, {8, 2, 32, 80, 0.2f}},     // GQA 4, v 80
+                                           PagedCase{8, {4, 2, 16, 100, 0.25f}},   // GQA 2, v 100
+                                           PagedCase{5, {3, 3, 40, 16, 0.15f}}),  // MHA
+                         [](const ::testing::TestParamInfo<PagedCase>& info) {
+                           const PagedCase& c = info.param;
+                           return "page" + std::to_string(c.page_size) + "_heads" + std::to_string(c.dims.num_heads) +
+                                  "x" + std::to_string(c.dims.num_kv_heads) + "_v" + std::to_string(c.dims.v_dim);
+                         });
 
 }  // namespace
 }  // namespace astrai::kernels

@@ -55,57 +55,93 @@ inline float att_softmax(float* s, int64_t n) {
   return _mm512_reduce_max_ps(mx) + std::log(total);
 }
 
-// Weighted sum of V rows: key position j (absolute, p0 + i) goes to the even or odd set of
-// accumulators by its parity, so consecutive keys form independent FMA chains; the sets are
-// kept in `acc` ([2][nv][16] floats) between spans and added at the end. Storing and
-// reloading f32 is exact, so the result depends only on the positions, never on how they
-// were split into spans.
-template <int NV>
-inline void pv_one(float p, const float* row, __mmask16 last, __m512* acc) {
-  const __m512 pv = _mm512_set1_ps(p);
-#pragma GCC unroll 8
-  for (int j = 0; j < NV - 1; ++j) acc[j] = _mm512_fmadd_ps(pv, _mm512_loadu_ps(row + 16 * j), acc[j]);
-  acc[NV - 1] = _mm512_fmadd_ps(pv, _mm512_maskz_loadu_ps(last, row + 16 * (NV - 1)), acc[NV - 1]);
-}
-
-template <int NV>
-void pv_span(const float* p, int64_t p0, int64_t n, const float* vr, int64_t stride, __mmask16 last, float* acc) {
-  __m512 even[NV], odd[NV];
+// Weighted sum of V rows for R query rows at once: key position j (absolute, p0 + i) goes
+// to the even or odd set of a row's accumulators by its parity, so consecutive keys form
+// independent FMA chains; the sets are kept in acc[r] ([2][NV][16] floats) between spans and
+// added at the end. Each V vector is loaded once for the R rows. Storing and reloading f32 is
+// exact and a row's operations do not depend on the rows beside it, so the result depends
+// only on the positions, never on how they were split into spans or grouped into rows.
+template <int NV, int R>
+inline void pv_key(const float* const* p, int64_t i, const float* row, __mmask16 last, __m512 (*acc)[NV]) {
+  __m512 pv[R];
+#pragma GCC unroll 3
+  for (int r = 0; r < R; ++r) pv[r] = _mm512_set1_ps(p[r][i]);
 #pragma GCC unroll 8
   for (int j = 0; j < NV; ++j) {
-    even[j] = _mm512_loadu_ps(acc + 16 * j);
-    odd[j] = _mm512_loadu_ps(acc + 16 * (NV + j));
+    __m512 v = j < NV - 1 ? _mm512_loadu_ps(row + 16 * j) : _mm512_maskz_loadu_ps(last, row + 16 * j);
+#pragma GCC unroll 3
+    for (int r = 0; r < R; ++r) acc[r][j] = _mm512_fmadd_ps(pv[r], v, acc[r][j]);
   }
+}
+
+template <int NV, int R>
+void pv_span(const float* const* p, int64_t p0, int64_t n, const float* vr, int64_t stride, __mmask16 last,
+             float* const* acc) {
+  __m512 even[R][NV], odd[R][NV];
+#pragma GCC unroll 3
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
+    for (int j = 0; j < NV; ++j) {
+      even[r][j] = _mm512_loadu_ps(acc[r] + 16 * j);
+      odd[r][j] = _mm512_loadu_ps(acc[r] + 16 * (NV + j));
+    }
   int64_t i = 0;
   if (n > 0 && (p0 & 1)) {
-    pv_one<NV>(p[0], vr, last, odd);
+    pv_key<NV, R>(p, 0, vr, last, odd);
     i = 1;
   }
   for (; i + 1 < n; i += 2) {
-    pv_one<NV>(p[i], vr + i * stride, last, even);
-    pv_one<NV>(p[i + 1], vr + (i + 1) * stride, last, odd);
+    pv_key<NV, R>(p, i, vr + i * stride, last, even);
+    pv_key<NV, R>(p, i + 1, vr + (i + 1) * stride, last, odd);
   }
-  if (i < n) pv_one<NV>(p[i], vr + i * stride, last, even);
+  if (i < n) pv_key<NV, R>(p, i, vr + i * stride, last, even);
+#pragma GCC unroll 3
+  for (int r = 0; r < R; ++r)
 #pragma GCC unroll 8
-  for (int j = 0; j < NV; ++j) {
-    _mm512_storeu_ps(acc + 16 * j, even[j]);
-    _mm512_storeu_ps(acc + 16 * (NV + j), odd[j]);
+    for (int j = 0; j < NV; ++j) {
+      _mm512_storeu_ps(acc[r] + 16 * j, even[r][j]);
+      _mm512_storeu_ps(acc[r] + 16 * (NV + j), odd[r][j]);
+    }
+}
+
+using PvSpanFn = void (*)(const float* const*, int64_t, int64_t, const float*, int64_t, __mmask16, float* const*);
+
+// The V-pass kernel for v_dim in (16 * (NV - 1), 16 * NV] and up to R rows, or null (wider
+// than 128: att_axpy path). R is capped so the 2 * NV * R accumulators stay in registers.
+template <int NV>
+constexpr int kPvRows = 2 * NV * 3 + 4 <= 32 ? 3 : 2 * NV * 2 + 4 <= 32 ? 2 : 1;
+
+template <int NV>
+PvSpanFn pv_span_for(int64_t rows) {
+  if (rows >= 3 && kPvRows<NV> >= 3) return &pv_span<NV, (kPvRows<NV> >= 3 ? 3 : 1)>;
+  if (rows >= 2 && kPvRows<NV> >= 2) return &pv_span<NV, (kPvRows<NV> >= 2 ? 2 : 1)>;
+  return &pv_span<NV, 1>;
+}
+
+int64_t pv_rows(int64_t nv) {
+  switch (nv) {
+    case 1: return kPvRows<1>;
+    case 2: return kPvRows<2>;
+    case 3: return kPvRows<3>;
+    case 4: return kPvRows<4>;
+    case 5: return kPvRows<5>;
+    case 6: return kPvRows<6>;
+    case 7: return kPvRows<7>;
+    default: return kPvRows<8>;
   }
 }
 
-using PvSpanFn = void (*)(const float*, int64_t, int64_t, const float*, int64_t, __mmask16, float*);
-
-PvSpanFn pv_span_fn(int64_t nv) {
+PvSpanFn pv_span_fn(int64_t nv, int64_t rows) {
   switch (nv) {
-    case 1: return &pv_span<1>;
-    case 2: return &pv_span<2>;
-    case 3: return &pv_span<3>;
-    case 4: return &pv_span<4>;
-    case 5: return &pv_span<5>;
-    case 6: return &pv_span<6>;
-    case 7: return &pv_span<7>;
-    case 8: return &pv_span<8>;
-    default: return nullptr;  // wider than 128: att_axpy path
+    case 1: return pv_span_for<1>(rows);
+    case 2: return pv_span_for<2>(rows);
+    case 3: return pv_span_for<3>(rows);
+    case 4: return pv_span_for<4>(rows);
+    case 5: return pv_span_for<5>(rows);
+    case 6: return pv_span_for<6>(rows);
+    case 7: return pv_span_for<7>(rows);
+    case 8: return pv_span_for<8>(rows);
+    default: return nullptr;
   }
 }
 
@@ -127,7 +163,8 @@ inline void pv_finish(const float* acc, int64_t v_dim, float* out) {
 #else
 struct PvUnused {};
 using PvSpanFn = PvUnused*;
-inline PvSpanFn pv_span_fn(int64_t) { return nullptr; }
+inline PvSpanFn pv_span_fn(int64_t, int64_t) { return nullptr; }
+inline int64_t pv_rows(int64_t) { return 1; }
 inline void att_axpy(float p, const float* x, int64_t n, float* y) {
   for (int64_t i = 0; i < n; ++i) y[i] += p * x[i];
 }
@@ -200,27 +237,46 @@ void attend_block(const float* q, const KvSource& kv, const AttentionSeq& s, int
     if (lse) lse[(t0 + r / groups) * d.num_heads + kvh * groups + r % groups] = l;
   }
   std::fill(acc, acc + rows * acc_stride, 0.0f);
-  const PvSpanFn span = pv_span_fn((d.v_dim + 15) / 16);
+  const int64_t nv = (d.v_dim + 15) / 16;
+  const bool simd = pv_span_fn(nv, 1) != nullptr;
+  const int64_t chunk = simd ? pv_rows(nv) : 1;
   for_each_kv_run(kv, s, kvh, d, len_max, false,
                   [&](int64_t p0, int64_t n, const float*, const float* vr, int64_t, int64_t vs) {
-    for (int64_t r = 0; r < rows; ++r) {
-      const int64_t len = len0 + r / groups;
-      if (p0 >= len) continue;
-      const int64_t m = std::min(n, len - p0);
-      const float* p = scores + r * max_len + p0;
-#if defined(__AVX512F__)
-      if (span != nullptr) {
-        span(p, p0, m, vr, vs, tail_mask(d.v_dim - 16 * ((d.v_dim + 15) / 16 - 1)), acc + r * acc_stride);
-        continue;
+    // Rows in chunks sharing each V load over the positions all of them see; a row's own
+    // remaining positions (causal prefill blocks) go alone.
+    for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
+      const int64_t nr = std::min(chunk, rows - r0);
+      const int64_t common = std::min(n, len0 + r0 / groups - p0);  // the chunk's shortest row
+      const float* p[3];
+      float* a[3];
+      for (int64_t i = 0; i < nr; ++i) {
+        p[i] = scores + (r0 + i) * max_len + p0;
+        a[i] = acc + (r0 + i) * acc_stride;
       }
+#if defined(__AVX512F__)
+      const __mmask16 last = tail_mask(d.v_dim - 16 * (nv - 1));
+      if (simd && common > 0) pv_span_fn(nv, nr)(p, p0, common, vr, vs, last, a);
 #endif
-      for (int64_t i = 0; i < m; ++i) att_axpy(p[i], vr + i * vs, d.v_dim, acc + r * acc_stride);
+      for (int64_t i = 0; i < nr; ++i) {
+        const int64_t len = len0 + (r0 + i) / groups;
+        const int64_t from = simd ? std::max<int64_t>(0, common) : 0, to = std::min(n, len - p0);
+        if (from >= to) continue;
+#if defined(__AVX512F__)
+        if (simd) {
+          const float* pi[1] = {p[i] + from};
+          float* ai[1] = {a[i]};
+          pv_span_fn(nv, 1)(pi, p0 + from, to - from, vr + from * vs, vs, last, ai);
+          continue;
+        }
+#endif
+        for (int64_t k = from; k < to; ++k) att_axpy(p[i][k], vr + k * vs, d.v_dim, a[i]);
+      }
     }
   });
   for (int64_t r = 0; r < rows; ++r) {
     float* o = out + ((t0 + r / groups) * d.num_heads + kvh * groups + r % groups) * d.v_dim;
 #if defined(__AVX512F__)
-    if (span != nullptr) {
+    if (simd) {
       pv_finish(acc + r * acc_stride, d.v_dim, o);
       continue;
     }

@@ -22,35 +22,65 @@ struct QueryBlock {
 };
 
 #if defined(__AVX512F__)
+// Up to R query rows against 8 keys: s[r][c] = (q[r] . k[c]) * scale for the keys in
+// store_mask. Each K vector is loaded once for all R rows (R = 3 holds 24 accumulators), and
+// each dot is one FMA chain over 16-wide steps of dim, its lanes summed by the reduce8 tree,
+// so a score is the same operations whatever rows it shares the block with.
+template <int R>
+inline void qk_rows8(const float* const* q, const float* const* k, int64_t dim, __m256 scale, __mmask8 store_mask,
+                     float* const* s) {
+  __m512 acc[R][8];  // fully unrolled loops keep these in registers
+#pragma GCC unroll 3
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
+    for (int c = 0; c < 8; ++c) acc[r][c] = _mm512_setzero_ps();
+  for (int64_t d0 = 0; d0 < dim; d0 += 16) {
+    const __mmask16 m = tail_mask(dim - d0);
+    __m512 qv[R];
+#pragma GCC unroll 3
+    for (int r = 0; r < R; ++r) qv[r] = _mm512_maskz_loadu_ps(m, q[r] + d0);
+#pragma GCC unroll 8
+    for (int c = 0; c < 8; ++c) {
+      __m512 kv = _mm512_maskz_loadu_ps(m, k[c] + d0);
+#pragma GCC unroll 3
+      for (int r = 0; r < R; ++r) acc[r][c] = _mm512_fmadd_ps(qv[r], kv, acc[r][c]);
+    }
+  }
+#pragma GCC unroll 3
+  for (int r = 0; r < R; ++r)
+    _mm256_mask_storeu_ps(s[r], store_mask,
+                          _mm256_mul_ps(reduce8(acc[r][0], acc[r][1], acc[r][2], acc[r][3], acc[r][4], acc[r][5],
+                                                acc[r][6], acc[r][7]),
+                                        scale));
+}
+
 // Scores of every query row of the block against n keys (rows kr + i * ks), written at key
-// offset p0: s[row * ld + p0 + i] = (q_row . k_i) * scale. Each dot is one FMA chain over
-// 16-wide steps of dim (the tail masked), its lanes summed by the reduce8 tree; keys go 8 at
-// a time so the eight chains overlap and one tree reduces all eight, and the 8 K rows stay in
-// L1 for all query rows. A short block repeats its last row, which only fills lanes that are
-// not stored.
+// offset p0: s[row * ld + p0 + i] = (q_row . k_i) * scale. Keys go 8 at a time (eight
+// independent chains, one reduce8 tree) and query rows 3 at a time, sharing each K load; the
+// 8 K rows stay in L1 for all query rows. A short block repeats its last key, which only
+// fills lanes that are not stored.
 inline void qk_scores(const QueryBlock& qb, const float* kr, int64_t ks, int64_t p0, int64_t n, float scale, float* s,
                       int64_t ld) {
   const __m256 sc = _mm256_set1_ps(scale);
+  const int64_t rows = qb.tokens * qb.groups;
   for (int64_t i0 = 0; i0 < n; i0 += 8) {
     const int64_t nk = std::min<int64_t>(8, n - i0);
-    const float* row[8];
+    const __mmask8 store = static_cast<__mmask8>((1u << nk) - 1);
+    const float* k[8];
 #pragma GCC unroll 8
-    for (int64_t c = 0; c < 8; ++c) row[c] = kr + (i0 + std::min(c, nk - 1)) * ks;
-    for (int64_t j = 0; j < qb.tokens; ++j) {
-      for (int64_t g = 0; g < qb.groups; ++g) {
-        const float* qg = qb.q + j * qb.token_stride + g * qb.dim;
-        __m512 acc[8];  // fully unrolled loops keep these in registers
-#pragma GCC unroll 8
-        for (int c = 0; c < 8; ++c) acc[c] = _mm512_setzero_ps();
-        for (int64_t d0 = 0; d0 < qb.dim; d0 += 16) {
-          const __mmask16 m = tail_mask(qb.dim - d0);
-          const __m512 qv = _mm512_maskz_loadu_ps(m, qg + d0);
-#pragma GCC unroll 8
-          for (int c = 0; c < 8; ++c) acc[c] = _mm512_fmadd_ps(qv, _mm512_maskz_loadu_ps(m, row[c] + d0), acc[c]);
-        }
-        _mm256_mask_storeu_ps(s + (j * qb.groups + g) * ld + p0 + i0, static_cast<__mmask8>((1u << nk) - 1),
-                              _mm256_mul_ps(reduce8(acc[0], acc[1], acc[2], acc[3], acc[4], acc[5], acc[6], acc[7]), sc));
+    for (int64_t c = 0; c < 8; ++c) k[c] = kr + (i0 + std::min(c, nk - 1)) * ks;
+    for (int64_t r0 = 0; r0 < rows; r0 += 3) {
+      const float* q[3];
+      float* out[3];
+      const int64_t nr = std::min<int64_t>(3, rows - r0);
+      for (int64_t i = 0; i < nr; ++i) {
+        const int64_t r = r0 + i;
+        q[i] = qb.q + (r / qb.groups) * qb.token_stride + (r % qb.groups) * qb.dim;
+        out[i] = s + r * ld + p0 + i0;
       }
+      if (nr == 3) qk_rows8<3>(q, k, qb.dim, sc, store, out);
+      else if (nr == 2) qk_rows8<2>(q, k, qb.dim, sc, store, out);
+      else qk_rows8<1>(q, k, qb.dim, sc, store, out);
     }
   }
 }

@@ -89,7 +89,7 @@ struct Packed {};
 // y = p (first block) or y + p, then + bias on the last block (bias may be null).
 template <int MR, DType T, typename Layout>
 void tile(const float* x, int64_t ldx, const void* w, int64_t ld, int64_t kc, int nr, float* y, int64_t ldy,
-          bool first, const float* bias, const char* prefetch) {
+          bool first, const float* bias, const char* prefetch, int64_t prefetch_lines) {
   constexpr size_t esz = T == DType::kF32 ? 4 : 2;
   const uint8_t* wrow[kNr];
   if constexpr (std::is_same_v<Layout, RowMajor>) {
@@ -102,13 +102,12 @@ void tile(const float* x, int64_t ldx, const void* w, int64_t ld, int64_t kc, in
 #pragma GCC unroll 8
     for (int c = 0; c < kNr; ++c) acc[r][c] = _mm512_setzero_ps();
   const int64_t kfull = kc & ~int64_t{15};
+  // prefetch_lines cache lines from `prefetch` on, spread evenly over the K steps.
+  const int64_t pf_step = prefetch ? (prefetch_lines + kc / 16) / std::max<int64_t>(1, kc / 16) : 0;
   int64_t k = 0;
   for (; k < kfull; k += 16) {
-    if (prefetch) {
-      // As many bytes as this step reads (8 rows x 16 elements), from the next group of rows.
-#pragma GCC unroll 8
-      for (size_t b = 0; b < 2 * esz; ++b) _mm_prefetch(prefetch + (k / 16 * 2 * esz + b) * 64, _MM_HINT_T1);
-    }
+    for (int64_t b = k / 16 * pf_step, e = std::min(b + pf_step, prefetch_lines); b < e; ++b)
+      _mm_prefetch(prefetch + b * 64, _MM_HINT_T1);
     __m512 xv[MR];
 #pragma GCC unroll 8
     for (int r = 0; r < MR; ++r) xv[r] = _mm512_loadu_ps(x + r * ldx + k);
@@ -156,7 +155,7 @@ void tile(const float* x, int64_t ldx, const void* w, int64_t ld, int64_t kc, in
 
 template <DType T, typename Layout>
 using TileFn = void (*)(const float*, int64_t, const void*, int64_t, int64_t, int, float*, int64_t, bool,
-                        const float*, const char*);
+                        const float*, const char*, int64_t);
 
 template <DType T, typename Layout>
 TileFn<T, Layout> tile_fn(int64_t mr) {
@@ -203,6 +202,12 @@ void pack_block(const void* w, int64_t ld, int64_t rows, int64_t k0, int64_t kc,
 // into two 2-row tiles (a 1-row tile loads a weight vector per 8 FMAs). Values never depend on it.
 inline int64_t tile_rows(int64_t rem) { return rem >= 4 && rem % kMr == 1 ? 2 : std::min<int64_t>(kMr, rem); }
 
+inline int64_t num_tiles(int64_t m) {
+  int64_t n = 0;
+  for (int64_t i = 0; i < m; i += tile_rows(m - i)) ++n;
+  return n;
+}
+
 template <DType T>
 void linear_invariant(const float* x, int64_t m, const WeightView& w, const float* bias, float* y) {
   const int64_t n = w.rows, kk = w.cols;
@@ -227,16 +232,18 @@ void linear_invariant(const float* x, int64_t m, const WeightView& w, const floa
           const int64_t kc = std::min(kKb, kk - k0);
           const bool first = k0 == 0, last = k0 + kc == kk;
           const float* bj = last && bias ? bias + j : nullptr;
-          for (int64_t i = 0; i < m;) {
+          // The next group of 8 rows (contiguous, 8 * kk elements further) is prefetched
+          // while this one is computed, its share for this K block spread evenly over the
+          // row tiles: short rows keep the hardware prefetchers from ramping up on each
+          // group's 8 streams, and a burst of requests would stall the tile that issues it.
+          const bool pf = j + 2 * kNr <= r1;
+          const char* next = reinterpret_cast<const char*>(wb + ((j + kNr) * kk + 8 * k0) * esz);
+          const int64_t lines = kNr * kc * static_cast<int64_t>(esz) / 64, tiles = num_tiles(m);
+          for (int64_t i = 0, ti = 0; i < m; ++ti) {
             const int64_t mr = tile_rows(m - i);
-            // Prefetch the next group of 8 rows (contiguous, 8 * kk elements further) in step
-            // with this one; short rows keep the hardware prefetchers from ramping up on each
-            // group's 8 streams.
-            const char* pf = i == 0 && j + 2 * kNr <= r1
-                                 ? reinterpret_cast<const char*>(wb + ((j + kNr) * kk + 8 * k0) * esz)
-                                 : nullptr;
+            const int64_t l0 = lines * ti / tiles, l1 = lines * (ti + 1) / tiles;
             tile_fn<T, RowMajor>(mr)(x + i * kk + k0, kk, wb + (j * kk + k0) * esz, kk, kc, nr, y + i * n + j, n,
-                                     first, bj, pf);
+                                     first, bj, pf ? next + l0 * 64 : nullptr, l1 - l0);
             i += mr;
           }
         }
@@ -262,7 +269,7 @@ void linear_invariant(const float* x, int64_t m, const WeightView& w, const floa
           for (int64_t i = 0; i < m;) {
             const int64_t mr = tile_rows(m - i);
             tile_fn<DType::kF32, Packed>(mr)(x + i * kk + k0, kk, small, 0, kc, nr, y + i * n + j, n, first, bj,
-                                             nullptr);
+                                             nullptr, 0);
             i += mr;
           }
         }
@@ -287,7 +294,7 @@ void linear_invariant(const float* x, int64_t m, const WeightView& w, const floa
                 const int nr = static_cast<int>(std::min<int64_t>(kNr, nb1 - j));
                 const float* bj = last && bias ? bias + j : nullptr;
                 tile_fn<DType::kF32, Packed>(mr)(x + i * kk + k0, kk, packed.data() + (j - nb0) * steps * 16, 0, kc,
-                                                 nr, y + i * n + j, n, first, bj, nullptr);
+                                                 nr, y + i * n + j, n, first, bj, nullptr, 0);
               }
               i += mr;
             }
