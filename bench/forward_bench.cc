@@ -116,6 +116,7 @@ int main(int argc, char** argv) {
   int64_t ctx = 128;
   int64_t kv_heads = 12;
   int page_size = 16;  // decode: KV page size
+  DType kv_dtype = DType::kF32;  // decode: KV cache elements (--kv-dtype bf16)
   std::vector<int64_t> decode_batches = {1, 8};
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--quick") == 0) quick = true;
@@ -127,6 +128,8 @@ int main(int argc, char** argv) {
     if (std::strcmp(argv[i], "--ctx") == 0 && i + 1 < argc) ctx = std::atoll(argv[++i]);
     if (std::strcmp(argv[i], "--kv-heads") == 0 && i + 1 < argc) kv_heads = std::atoll(argv[++i]);
     if (std::strcmp(argv[i], "--page-size") == 0 && i + 1 < argc) page_size = std::atoi(argv[++i]);
+    if (std::strcmp(argv[i], "--kv-dtype") == 0 && i + 1 < argc)
+      kv_dtype = std::strcmp(argv[++i], "bf16") == 0 ? DType::kBF16 : DType::kF32;
     if (std::strcmp(argv[i], "--decode-batches") == 0 && i + 1 < argc) {
       decode_batches.clear();
       for (const char* p = argv[++i]; *p;) {
@@ -197,22 +200,29 @@ int main(int argc, char** argv) {
     }
 
     // Decode: one new token per sequence after `ctx` cached tokens.
-    std::printf("decode (one token per sequence, %ld tokens of context):\n", static_cast<long>(ctx));
+    std::printf("decode (one token per sequence, %ld tokens of context, %s KV cache):\n", static_cast<long>(ctx),
+                std::string(dtype_name(kv_dtype)).c_str());
     std::printf("%5s | %9s %9s | %10s %8s\n", "batch", "ms/step", "tokens/s", "weight GB/s", "%copy");
     size_t weight_bytes = 0;
     for (const auto& p : model.weights().params(config))
       if (p.shape.size() == 2 && p.name.find("embed_tokens") == std::string::npos) weight_bytes += p.tensor->nbytes();
     if (config.tie_word_embeddings) weight_bytes += model.weights().lm_head.nbytes();
     for (int64_t b : decode_batches) {
-      model::PagedKv kv = model.kv_geometry(page_size);
+      model::PagedKv kv = model.kv_geometry(page_size, kv_dtype);
       const int64_t pages_per_seq = (ctx + 1 + kv.page_size - 1) / kv.page_size;
-      const size_t page_floats = static_cast<size_t>(kv.page_size) * kv.num_kv_heads * kv.k_head_dim;
+      const size_t page_elems = static_cast<size_t>(kv.page_size) * kv.num_kv_heads * kv.k_head_dim;
+      const size_t elems = page_elems * b * pages_per_seq;
       std::vector<HugeBuffer> kpool, vpool;  // as the engine's KV pool allocates them
+      auto fill = [&](HugeBuffer& buf) {
+        if (kv_dtype == DType::kF32) return std::fill(buf.data(), buf.data() + elems, 0.01f);
+        auto* h = reinterpret_cast<uint16_t*>(buf.data());
+        std::fill(h, h + elems, f32_to_bf16(0.01f));
+      };
       for (int64_t l = 0; l < config.num_hidden_layers; ++l) {
-        kpool.emplace_back(page_floats * b * pages_per_seq);
-        vpool.emplace_back(page_floats * b * pages_per_seq);
-        std::fill(kpool.back().data(), kpool.back().data() + kpool.back().size(), 0.01f);
-        std::fill(vpool.back().data(), vpool.back().data() + vpool.back().size(), 0.01f);
+        kpool.emplace_back((elems * dtype_size(kv_dtype) + 3) / 4);
+        vpool.emplace_back((elems * dtype_size(kv_dtype) + 3) / 4);
+        fill(kpool.back());
+        fill(vpool.back());
         kv.k_pages.push_back(kpool.back().data());
         kv.v_pages.push_back(vpool.back().data());
       }

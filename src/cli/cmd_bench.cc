@@ -4,8 +4,9 @@
 // decode: batch 1/8/32, prompt 512, generate 128. Reports aggregate decode tokens/s (after every
 //   request has its first token), the bytes a decode step must stream (weights + KV read) per
 //   second against a parallel memcpy probe measured in the same run, the batch-32 / batch-1
-//   ratio, the share of a step spent in attention (the paged attention kernel timed alone on the
-//   same shapes), and the engine's own overhead (scheduling + sampling) as a share of the step.
+//   ratio, the share of the engine's forward passes spent in attention (timed inside them), and
+//   the engine's own overhead (scheduling + sampling) as a share of the step. --kv-dtype bf16
+//   stores the KV cache in bf16 (half the bytes attention reads).
 // prefix: 32 requests sharing a 1000-token prefix: time to first token and total time with the
 //   prefix cache on and off.
 #include <algorithm>
@@ -147,16 +148,19 @@ struct RunStats {
   double forward_ms = 0;        // mean forward pass of a decode-phase engine step
   double mean_ttft = 0, total_seconds = 0;
   uint64_t cache_hits = 0;
+  DType kv_dtype = DType::kF32;
 };
 
 RunStats run_batch(const std::shared_ptr<const model::Transformer>& m, int batch, int prompt_len, int gen,
-                   bool prefix_cache, const std::vector<int32_t>& shared_prefix = {}) {
+                   bool prefix_cache, const std::string& kv_dtype, const std::vector<int32_t>& shared_prefix = {}) {
   infer::EngineOptions o;
   o.max_running = std::max(batch, 1);
   o.max_step_tokens = 2048;
   o.prefix_cache = prefix_cache;
+  o.kv_dtype = kv_dtype;
   const int64_t tokens = int64_t(batch) * (prompt_len + int64_t(shared_prefix.size()) + gen + 32);
-  o.kv_cache_bytes = std::max<int64_t>(tokens * m->kv_bytes_per_token(), 64 << 20);
+  // Sized for f32 elements: bf16 gets twice the pages it needs, never too few.
+  o.kv_cache_bytes = std::max<int64_t>(tokens * m->kv_bytes_per_token(DType::kF32), 64 << 20);
   infer::Engine engine(m, nullptr, o);
   BenchTimer clock;
   std::vector<infer::RequestHandle> handles;
@@ -195,6 +199,7 @@ RunStats run_batch(const std::shared_ptr<const model::Transformer>& m, int batch
     }));
   }
   RunStats s;
+  s.kv_dtype = engine.kv_dtype();
   double ttft = 0;
   for (auto& h : handles) {
     auto r = h.wait();
@@ -222,6 +227,7 @@ struct DecodeFlags {
   BenchModelFlags model;
   int prompt = 512, gen = 128;
   std::vector<int> batches = {1, 8, 32};
+  std::string kv_dtype = "auto";
   bool json = false;
 };
 
@@ -236,10 +242,14 @@ void run_decode(const DecodeFlags& f) {
   Json report = {{"params", m->num_parameters()}, {"weight_bytes", weight_bytes}, {"copy_bw", bw}};
   double tps1 = 0;
   for (int b : f.batches) {
-    RunStats s = run_batch(m, b, f.prompt, f.gen, false);
+    RunStats s = run_batch(m, b, f.prompt, f.gen, false, f.kv_dtype);
+    if (b == f.batches.front()) {
+      std::printf("KV cache: %s\n", std::string(dtype_name(s.kv_dtype)).c_str());
+      report["kv_dtype"] = std::string(dtype_name(s.kv_dtype));
+    }
     // One decode step reads every weight once plus each sequence's K/V (context ~prompt + gen/2).
     const double ctx = f.prompt + f.gen / 2.0;
-    const double kv_bytes = double(b) * ctx * m->kv_bytes_per_token();
+    const double kv_bytes = double(b) * ctx * m->kv_bytes_per_token(s.kv_dtype);
     const double bytes_per_s = (weight_bytes + kv_bytes) / s.step_seconds;
     if (b == 1) tps1 = s.decode_tps;
     std::printf(
@@ -263,6 +273,7 @@ void run_decode(const DecodeFlags& f) {
 struct PrefixFlags {
   BenchModelFlags model;
   int requests = 32, prefix = 1000, suffix = 24, gen = 16;
+  std::string kv_dtype = "auto";
 };
 
 void run_prefix(const PrefixFlags& f) {
@@ -272,7 +283,7 @@ void run_prefix(const PrefixFlags& f) {
               m->num_parameters() / 1e6, num_threads(), f.requests, f.prefix, f.suffix, f.gen);
   const auto prefix = random_ids(7, f.prefix, static_cast<int>(m->vocab_size()));
   for (bool on : {true, false}) {
-    RunStats s = run_batch(m, f.requests, f.suffix, f.gen, on, prefix);
+    RunStats s = run_batch(m, f.requests, f.suffix, f.gen, on, f.kv_dtype, prefix);
     std::printf("prefix cache %-3s: mean TTFT %7.2f s  total %7.2f s  cache hit tokens %llu\n", on ? "on" : "off",
                 s.mean_ttft, s.total_seconds, static_cast<unsigned long long>(s.cache_hits));
   }
@@ -287,6 +298,8 @@ void setup_bench(CLI::App& app) {
   dec->add_option("--prompt", d->prompt, "Prompt tokens per request");
   dec->add_option("--gen", d->gen, "Generated tokens per request");
   dec->add_option("--batches", d->batches, "Batch sizes");
+  dec->add_option("--kv-dtype", d->kv_dtype, "KV cache elements: auto (bf16 for bf16 weights, else f32), f32, bf16")
+      ->check(CLI::IsMember({"auto", "f32", "bf16"}));
   dec->add_flag("--json", d->json, "Also print a JSON report");
   dec->callback([d] { run_decode(*d); });
   auto p = std::make_shared<PrefixFlags>();
@@ -296,6 +309,8 @@ void setup_bench(CLI::App& app) {
   pre->add_option("--prefix", p->prefix, "Shared prefix tokens");
   pre->add_option("--suffix", p->suffix, "Own tokens per request");
   pre->add_option("--gen", p->gen, "Generated tokens per request");
+  pre->add_option("--kv-dtype", p->kv_dtype, "KV cache elements: auto (bf16 for bf16 weights, else f32), f32, bf16")
+      ->check(CLI::IsMember({"auto", "f32", "bf16"}));
   pre->callback([p] { run_prefix(*p); });
   for (auto setup : registered_benches()) setup(*bench);
 }

@@ -62,6 +62,7 @@ void run_info(const InfoOptions& o) {
     j["mapped_bytes"] = m.mapped_bytes();
     j["dtypes"] = dtype_params;
     j["kv_bytes_per_token"] = m.kv_bytes_per_token();
+    j["kv_bytes_per_token_bf16"] = m.kv_bytes_per_token(DType::kBF16);
     j["resident_bytes"] = rss;
     std::cout << j.dump(2) << "\n";
     return;
@@ -74,7 +75,9 @@ void run_info(const InfoOptions& o) {
   std::printf("\n");
   std::printf("weights:      %s (%s memory-mapped, shared with the page cache)\n",
               human(static_cast<double>(m.weight_bytes())).c_str(), human(static_cast<double>(m.mapped_bytes())).c_str());
-  std::printf("KV cache:     %s per token (f32, all layers)\n", human(static_cast<double>(m.kv_bytes_per_token())).c_str());
+  std::printf("KV cache:     %s per token with f32 elements, %s with bf16 (all layers)\n",
+              human(static_cast<double>(m.kv_bytes_per_token())).c_str(),
+              human(static_cast<double>(m.kv_bytes_per_token(DType::kBF16))).c_str());
   std::printf("context:      %lld positions\n", static_cast<long long>(c.max_position_embeddings));
   if (rss >= 0) std::printf("resident:     %s after loading (mapped pages are read on first use)\n", human(rss).c_str());
 }

@@ -33,6 +33,7 @@ struct ServeOptions {
   int max_running = 64;
   int max_queue = 1024;
   std::string kv_cache_memory = "512M";
+  std::string kv_dtype = "auto";
   int threads = 0;
   int http_threads = 4;
   std::string max_request_size = "8M";
@@ -99,11 +100,12 @@ void run_serve(const ServeOptions& o) {
   eo.max_running = o.max_running;
   eo.max_queue = o.max_queue;
   eo.kv_cache_bytes = parse_size(o.kv_cache_memory, "--kv-cache-memory");
+  eo.kv_dtype = o.kv_dtype;
   eo.max_context = o.max_context;
   auto engine = std::make_shared<infer::Engine>(model, tok, eo);
   server.set_engine(engine);
   log_info("serve: ready in ", timer.seconds(), " s; max context ", engine->max_context(), " tokens, KV cache ",
-           engine->kv_capacity_tokens(), " tokens");
+           engine->kv_capacity_tokens(), " tokens (", dtype_name(engine->kv_dtype()), ")");
 
   int sig = 0;
   sigwait(&signals, &sig);
@@ -124,6 +126,11 @@ void setup_serve(CLI::App& app) {
   cmd->add_option("--max-running", opts->max_running, "Requests in the running batch")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("--max-queue", opts->max_queue, "Queued requests before 429")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("--kv-cache-memory", opts->kv_cache_memory, "KV cache size (e.g. 512M, 4G)")->capture_default_str();
+  cmd->add_option("--kv-dtype", opts->kv_dtype,
+                  "KV cache elements: auto (bf16 for a bf16 checkpoint, else f32), f32, or bf16 (half the memory; K/V "
+                  "rounded to bf16)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "f32", "bf16"}));
   cmd->add_option("--threads", opts->threads, "Compute threads (0 = all cores)")->capture_default_str()->check(CLI::NonNegativeNumber);
   cmd->add_option("--http-threads", opts->http_threads, "Request workers (parsing, templating, formatting)")
       ->capture_default_str()->check(CLI::Range(1, 64));

@@ -18,6 +18,7 @@ struct EngineFlags {
   int max_step_tokens = 2048;
   int page_size = 16;
   double kv_cache_mb = 1024;
+  std::string kv_dtype = "auto";
   bool no_prefix_cache = false;
   int max_context = 0;
   int threads = 0;
@@ -27,6 +28,10 @@ struct EngineFlags {
     cmd->add_option("--max-step-tokens", max_step_tokens, "Token budget of one step (chunked prefill)");
     cmd->add_option("--page-size", page_size, "KV cache page size in tokens");
     cmd->add_option("--kv-cache-mb", kv_cache_mb, "KV cache budget in MiB");
+    cmd->add_option("--kv-dtype", kv_dtype,
+                    "KV cache elements: auto (bf16 for a bf16 checkpoint, else f32), f32, or bf16 (half the memory; "
+                    "K/V rounded to bf16)")
+        ->check(CLI::IsMember({"auto", "f32", "bf16"}));
     cmd->add_flag("--no-prefix-cache", no_prefix_cache, "Disable the shared prefix cache");
     cmd->add_option("--max-context", max_context, "Context length (default: the model's)");
     cmd->add_option("--threads", threads, "Threads (default: all cores)");
@@ -37,6 +42,7 @@ struct EngineFlags {
     o.max_step_tokens = max_step_tokens;
     o.page_size = page_size;
     o.kv_cache_bytes = static_cast<int64_t>(kv_cache_mb * 1024 * 1024);
+    o.kv_dtype = kv_dtype;
     o.prefix_cache = !no_prefix_cache;
     o.max_context = max_context;
     return o;

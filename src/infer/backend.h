@@ -21,6 +21,7 @@ struct ModelInfo {
   int32_t v_head_dim = 0;
   int32_t max_context = 0;          // max_position_embeddings
   std::vector<int32_t> eos_ids;     // from the model config
+  DType weight_dtype = DType::kF32; // of the weight matrices: picks the KV cache dtype under "auto"
 };
 
 // One forward pass over a packed ragged batch: writes the new tokens' K/V into their page

@@ -37,13 +37,21 @@ GenerationResult RequestHandle::wait() const {
 }
 
 namespace {
-KvLayout layout_of(const ModelInfo& info, int32_t page_size) {
+DType resolve_kv_dtype(const std::string& name, DType weights) {
+  if (name == "f32") return DType::kF32;
+  if (name == "bf16") return DType::kBF16;
+  ASTRAI_CHECK(name == "auto", "kv_dtype must be auto, f32 or bf16, got '", name, "'");
+  return weights == DType::kBF16 ? DType::kBF16 : DType::kF32;
+}
+
+KvLayout layout_of(const ModelInfo& info, const EngineOptions& o) {
   KvLayout l;
+  l.dtype = resolve_kv_dtype(o.kv_dtype, info.weight_dtype);
   l.num_layers = info.num_layers;
   l.num_kv_heads = info.num_kv_heads;
   l.k_head_dim = info.k_head_dim;
   l.v_head_dim = info.v_head_dim;
-  l.page_size = page_size;
+  l.page_size = o.page_size;
   return l;
 }
 
@@ -71,7 +79,7 @@ Engine::Impl::Impl(std::unique_ptr<ForwardBackend> backend, std::unique_ptr<Text
       backend_(std::move(backend)),
       codec_(std::move(codec)),
       options_(options),
-      pool_(layout_of(backend_->info(), options.page_size), options.kv_cache_bytes),
+      pool_(layout_of(backend_->info(), options), options.kv_cache_bytes),
       scheduler_(pool_, scheduler_options(options)),
       runner_(*backend_) {
   const ModelInfo& info = backend_->info();
@@ -541,6 +549,7 @@ void Engine::shutdown(double grace_seconds) { impl_->shutdown(grace_seconds); }
 std::vector<int32_t> Engine::render_prompt(const GenerationRequest& r) const { return impl_->render_prompt(r); }
 int32_t Engine::max_context() const { return impl_->max_context_; }
 int32_t Engine::kv_capacity_tokens() const { return impl_->kv_capacity_tokens(); }
+DType Engine::kv_dtype() const { return impl_->kv_dtype(); }
 
 const tokenizer::Tokenizer& Engine::tokenizer() const {
   ASTRAI_CHECK(impl_->tokenizer_, "this engine was built without a tokenizer");

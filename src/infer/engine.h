@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "base/json.h"
+#include "tensor/dtype.h"
 
 namespace astrai::model {
 class Transformer;
@@ -120,6 +121,10 @@ struct EngineOptions {
   int32_t max_step_tokens = 2048;    // token budget of one step (chunked prefill)
   int32_t page_size = 16;
   int64_t kv_cache_bytes = 512ll << 20;
+  // K/V element type: "f32", "bf16" (half the memory and the bytes each decode step reads;
+  // K/V rounded to bf16 when written, so logits move by about bf16's precision), or "auto":
+  // bf16 for a bf16 checkpoint, f32 otherwise.
+  std::string kv_dtype = "auto";
   bool prefix_cache = true;
   int32_t max_context = 0;           // 0 = the model's max_position_embeddings
 };
@@ -181,6 +186,7 @@ class Engine {
   // Context length requests are checked against, and KV capacity in tokens.
   int32_t max_context() const;
   int32_t kv_capacity_tokens() const;
+  DType kv_dtype() const;  // what "auto" resolved to
 
  private:
   class Impl;

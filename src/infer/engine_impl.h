@@ -32,6 +32,7 @@ class Engine::Impl {
   void shutdown(double grace_seconds);
   std::vector<int32_t> render_prompt(const GenerationRequest& request) const;
   int32_t kv_capacity_tokens() const { return pool_.num_pages() * pool_.page_size(); }
+  DType kv_dtype() const { return pool_.layout().dtype; }
 
   std::shared_ptr<const model::Transformer> model_;
   std::shared_ptr<const tokenizer::Tokenizer> tokenizer_;

@@ -28,9 +28,10 @@ struct KvLayout {
   int32_t k_head_dim = 0;
   int32_t v_head_dim = 0;
   int32_t page_size = 16;
-  // Bytes one page takes over all layers (K and V, f32).
+  DType dtype = DType::kF32;  // of the stored K/V elements: kF32 or kBF16
+  // Bytes one page takes over all layers (K and V).
   int64_t page_bytes() const {
-    return int64_t{4} * num_layers * page_size * num_kv_heads * (k_head_dim + v_head_dim);
+    return static_cast<int64_t>(dtype_size(dtype)) * num_layers * page_size * num_kv_heads * (k_head_dim + v_head_dim);
   }
 };
 

@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "tensor/dtype.h"
+
 namespace astrai::model {
 
 // One sequence's share of a step.
@@ -48,16 +50,18 @@ struct Batch {
 
 // Storage of a paged KV cache, owned by the inference engine; the layout is fixed here so
 // the attention kernel can read K/V through page tables without gathering.
-// Layer l, page p, kv head h, slot s: k_pages[l] + ((p * num_kv_heads + h) * page_size + s) * k_head_dim
-// (the same for v with v_head_dim): head-major, so attention streams one head's rows of a page
-// as one contiguous block.
+// Layer l, page p, kv head h, slot s: element ((p * num_kv_heads + h) * page_size + s) * k_head_dim
+// of k_pages[l] (the same for v with v_head_dim): head-major, so attention streams one head's
+// rows of a page as one contiguous block. Elements are f32, or bf16 (K/V rounded to nearest
+// even when written: half the memory and half the bytes each decode step reads).
 struct PagedKv {
   int32_t page_size = 16;
   int32_t num_kv_heads = 0;
   int32_t k_head_dim = 0;
   int32_t v_head_dim = 0;
-  std::vector<float*> k_pages;  // one base pointer per layer
-  std::vector<float*> v_pages;
+  DType dtype = DType::kF32;  // kF32 or kBF16
+  std::vector<void*> k_pages;  // one base pointer per layer
+  std::vector<void*> v_pages;
 };
 
 }  // namespace astrai::model

@@ -125,18 +125,19 @@ Transformer Transformer::load(const std::string& dir) {
   return Transformer(std::move(ck.config), std::move(ck.weights));
 }
 
-PagedKv Transformer::kv_geometry(int32_t page_size) const {
+PagedKv Transformer::kv_geometry(int32_t page_size, DType dtype) const {
   PagedKv kv;
   kv.page_size = page_size;
+  kv.dtype = dtype;
   kv.num_kv_heads = static_cast<int32_t>(config_.num_key_value_heads);
   kv.k_head_dim = static_cast<int32_t>(config_.qk_head_dim());
   kv.v_head_dim = static_cast<int32_t>(config_.v_dim());
   return kv;
 }
 
-int64_t Transformer::kv_bytes_per_token() const {
+int64_t Transformer::kv_bytes_per_token(DType dtype) const {
   return config_.num_hidden_layers * config_.num_key_value_heads * (config_.qk_head_dim() + config_.v_dim()) *
-         static_cast<int64_t>(sizeof(float));
+         static_cast<int64_t>(dtype_size(dtype));
 }
 
 void Transformer::validate_batch(const Batch& b, const PagedKv* kv) const {
@@ -150,6 +151,8 @@ void Transformer::validate_batch(const Batch& b, const PagedKv* kv) const {
   }
   if (kv != nullptr) {
     ASTRAI_CHECK(kv->page_size > 0, "paged KV: page_size must be positive");
+    ASTRAI_CHECK(kv->dtype == DType::kF32 || kv->dtype == DType::kBF16, "paged KV: elements must be F32 or BF16, not ",
+                 dtype_name(kv->dtype));
     ASTRAI_CHECK(kv->num_kv_heads == config_.num_key_value_heads && kv->k_head_dim == config_.qk_head_dim() &&
                      kv->v_head_dim == config_.v_dim(),
                  "paged KV: geometry (kv heads ", kv->num_kv_heads, ", k ", kv->k_head_dim, ", v ", kv->v_head_dim,
@@ -258,23 +261,26 @@ void Transformer::attention_block(int64_t layer, const Batch& b, const PagedKv* 
 
   kernels::KvSource src;
   if (kv != nullptr) {
-    float* kp = kv->k_pages[static_cast<size_t>(layer)];
-    float* vp = kv->v_pages[static_cast<size_t>(layer)];
+    void* kp = kv->k_pages[static_cast<size_t>(layer)];
+    void* vp = kv->v_pages[static_cast<size_t>(layer)];
     const int64_t ps = kv->page_size;
+    const size_t esz = dtype_size(kv->dtype);
+    // One row of `n` floats into element `at` of a page array, converted to the cache's dtype.
+    auto store = [&](const float* row, void* base, int64_t at, int64_t n) {
+      convert_from_f32(row, kv->dtype, static_cast<char*>(base) + static_cast<size_t>(at) * esz, static_cast<size_t>(n));
+    };
     for (const SeqSpan& sp : b.seqs) {
       for (int64_t j = 0; j < sp.num_tokens; ++j) {
         const int64_t idx = sp.context_len + j;
         const int64_t page = sp.page_table[static_cast<size_t>(idx / ps)], slot = idx % ps;
         const int64_t row = sp.token_begin + j;
         for (int64_t hh = 0; hh < nkv; ++hh) {  // head-major pages (model/batch.h)
-          std::memcpy(kp + ((page * nkv + hh) * ps + slot) * qkd, k + (row * nkv + hh) * qkd,
-                      static_cast<size_t>(qkd) * sizeof(float));
-          std::memcpy(vp + ((page * nkv + hh) * ps + slot) * vd, v + (row * nkv + hh) * vd,
-                      static_cast<size_t>(vd) * sizeof(float));
+          store(k + (row * nkv + hh) * qkd, kp, ((page * nkv + hh) * ps + slot) * qkd, qkd);
+          store(v + (row * nkv + hh) * vd, vp, ((page * nkv + hh) * ps + slot) * vd, vd);
         }
       }
     }
-    src = kernels::KvSource{kp, vp, kv->page_size};
+    src = kernels::KvSource{kp, vp, kv->page_size, kv->dtype == DType::kBF16};
     clock.mark(ForwardOp::kKvWrite);
   } else {
     src = kernels::KvSource{k, v, 0};

@@ -57,10 +57,10 @@ class Transformer {
   size_t mapped_bytes() const { return mapped_bytes_; }
 
   // The PagedKv geometry this model needs (the engine allocates the pages):
-  // num_kv_heads, k_head_dim, v_head_dim; page_size and pointers are the caller's.
-  PagedKv kv_geometry(int32_t page_size = 16) const;
-  // Bytes of K+V per token over all layers.
-  int64_t kv_bytes_per_token() const;
+  // num_kv_heads, k_head_dim, v_head_dim; page_size, element dtype and pointers are the caller's.
+  PagedKv kv_geometry(int32_t page_size = 16, DType dtype = DType::kF32) const;
+  // Bytes of K+V per token over all layers, with `dtype` elements.
+  int64_t kv_bytes_per_token(DType dtype = DType::kF32) const;
 
   // Computes logits [rows, vocab] where rows are batch.logit_rows (in that order) or every
   // token. Without kv every sequence must have context_len == 0 and attends to its own new

@@ -59,6 +59,29 @@ void expect_pool_full(const Engine& e) {
 
 EngineOptions small(int32_t page_size = 4, int64_t pages = 4096, int32_t step_tokens = 2048);
 
+TEST(Engine, KvDtypeAutoFollowsTheWeightsAndBadNamesAreRejected) {
+  using astrai::DType;
+  auto build = [](const std::string& kv_dtype, DType weights) {
+    auto model = std::make_unique<FakeModel>();
+    model->mutable_info().weight_dtype = weights;
+    EngineOptions o;
+    o.kv_dtype = kv_dtype;
+    o.kv_cache_bytes = 1 << 20;
+    return Engine(std::move(model), nullptr, o).kv_dtype();
+  };
+  EXPECT_EQ(build("auto", DType::kF32), DType::kF32);
+  EXPECT_EQ(build("auto", DType::kF16), DType::kF32);
+  EXPECT_EQ(build("auto", DType::kBF16), DType::kBF16);
+  EXPECT_EQ(build("f32", DType::kBF16), DType::kF32);
+  EXPECT_EQ(build("bf16", DType::kF32), DType::kBF16);
+  try {
+    build("fp8", DType::kF32);
+    ADD_FAILURE() << "fp8 accepted";
+  } catch (const astrai::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("kv_dtype must be auto, f32 or bf16, got 'fp8'"), std::string::npos);
+  }
+}
+
 TEST(Engine, GreedyMatchesFullRecomputation) {
   auto rig = make_engine(small());
   std::mt19937 rng(1);

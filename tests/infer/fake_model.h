@@ -75,6 +75,7 @@ class FakeModel : public ForwardBackend {
     info_.eos_ids = std::move(eos);
   }
   const ModelInfo& info() const override { return info_; }
+  ModelInfo& mutable_info() { return info_; }  // before an engine is built on it
 
   void forward(const model::Batch& batch, const model::PagedKv& kv, float* logits) override {
     ++forwards;
@@ -82,13 +83,14 @@ class FakeModel : public ForwardBackend {
     max_batch_seqs = std::max<int64_t>(max_batch_seqs, static_cast<int64_t>(batch.seqs.size()));
     if (before_forward) before_forward(batch);
     const int32_t ps = kv.page_size;
+    ASTRAI_CHECK(kv.dtype == DType::kF32, "fake model: f32 KV cache only");
     std::vector<int32_t> wanted(batch.num_tokens(), -1);
     for (size_t r = 0; r < batch.logit_rows.size(); ++r) wanted[batch.logit_rows[r]] = static_cast<int32_t>(r);
     for (const auto& s : batch.seqs) {
       auto slot = [&](int32_t idx, int32_t layer) {
         ASTRAI_CHECK(idx / ps < static_cast<int32_t>(s.page_table.size()), "fake model: index ", idx,
                      " beyond the page table");
-        return kv.k_pages[layer] + (size_t(s.page_table[idx / ps]) * ps + idx % ps) * 2;
+        return static_cast<float*>(kv.k_pages[layer]) + (size_t(s.page_table[idx / ps]) * ps + idx % ps) * 2;
       };
       for (int32_t j = 0; j < s.num_tokens; ++j) {
         const int32_t row = s.token_begin + j;

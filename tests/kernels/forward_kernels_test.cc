@@ -247,6 +247,22 @@ TEST_P(AttentionPaged, ContiguousAndPagedMatchNaiveAndEachOther) {
         << threads << " threads";
   }
   omp_set_num_threads(2);
+
+  // bf16 pages: the same bits as f32 pages holding the bf16-rounded values (widening is exact).
+  std::vector<uint16_t> kh(kp.size()), vh(vp.size());
+  for (size_t i = 0; i < kp.size(); ++i) kp[i] = bf16_to_f32(kh[i] = f32_to_bf16(kp[i]));
+  for (size_t i = 0; i < vp.size(); ++i) vp[i] = bf16_to_f32(vh[i] = f32_to_bf16(vp[i]));
+  std::vector<float> rounded((1 + n) * d.num_heads * d.v_dim), half((1 + n) * d.num_heads * d.v_dim);
+  attention(q2.data(), KvSource{kp.data(), vp.data(), static_cast<int32_t>(ps)}, seqs, 2, d, rounded.data(), scratch);
+  attention(q2.data(), KvSource{kh.data(), vh.data(), static_cast<int32_t>(ps), true}, seqs, 2, d, half.data(), scratch);
+  EXPECT_EQ(std::memcmp(rounded.data() + d.num_heads * d.v_dim, half.data() + d.num_heads * d.v_dim,
+                        n * d.num_heads * d.v_dim * sizeof(float)),
+            0);
+  float max_diff = 0;  // and close to the unrounded result
+  for (int64_t i = 0; i < n * d.num_heads * d.v_dim; ++i)
+    max_diff = std::max(max_diff, std::fabs(half[d.num_heads * d.v_dim + i] - out[ctx * d.num_heads * d.v_dim + i]));
+  EXPECT_GT(max_diff, 0.0f);
+  EXPECT_LT(max_diff, 0.05f);
 }
 
 INSTANTIATE_TEST_SUITE_P(PageSizesAndHeads, AttentionPaged,

@@ -278,16 +278,17 @@ Json mla_json() {
 }
 
 struct PagedCache {
-  std::vector<std::vector<float>> k, v;
+  std::vector<std::vector<float>> k, v;  // f32, or bf16 pairs for DType::kBF16
   PagedKv kv;
-  PagedCache(const Transformer& m, int32_t page_size, int32_t pages) {
-    kv = m.kv_geometry(page_size);
+  PagedCache(const Transformer& m, int32_t page_size, int32_t pages, DType dtype = DType::kF32) {
+    kv = m.kv_geometry(page_size, dtype);
     const int64_t layers = m.config().num_hidden_layers;
+    const size_t per_float = 4 / dtype_size(dtype);
     k.resize(layers);
     v.resize(layers);
     for (int64_t l = 0; l < layers; ++l) {
-      k[l].assign(static_cast<size_t>(pages) * page_size * kv.num_kv_heads * kv.k_head_dim, NAN);
-      v[l].assign(static_cast<size_t>(pages) * page_size * kv.num_kv_heads * kv.v_head_dim, NAN);
+      k[l].assign(static_cast<size_t>(pages) * page_size * kv.num_kv_heads * kv.k_head_dim / per_float, NAN);
+      v[l].assign(static_cast<size_t>(pages) * page_size * kv.num_kv_heads * kv.v_head_dim / per_float, NAN);
       kv.k_pages.push_back(k[l].data());
       kv.v_pages.push_back(v[l].data());
     }
@@ -303,6 +304,8 @@ std::vector<float> forward_alone(const Transformer& m, const std::vector<int32_t
   return out;
 }
 
+void check_chunked_prefill(const Transformer& m, DType dtype);
+
 class ForwardInvariance : public ::testing::TestWithParam<const char*> {
  protected:
   Transformer make() const {
@@ -317,16 +320,51 @@ class ForwardInvariance : public ::testing::TestWithParam<const char*> {
   }
 };
 
+// Logits of one sequence prefilled in one step through a fresh paged cache of `dtype`.
+std::vector<float> paged_alone(const Transformer& m, const std::vector<int32_t>& ids, DType dtype) {
+  PagedCache cache(m, 4, 16, dtype);
+  std::vector<int32_t> table;
+  for (size_t p = 0; p * 4 < ids.size(); ++p) table.push_back(static_cast<int32_t>(15 - p));
+  Batch b;
+  b.add_sequence(ids, 0, table);
+  ForwardWorkspace ws;
+  std::vector<float> out(ids.size() * static_cast<size_t>(m.vocab_size()));
+  m.forward(b, &cache.kv, ws, out.data());
+  return out;
+}
+
+// f32 cache: every chunking equals the forward without a cache, bit for bit. bf16 cache: every
+// chunking equals the whole prefill through a bf16 cache (attention always reads the rounded
+// K/V), and stays close to f32.
 TEST_P(ForwardInvariance, PagedChunkedPrefillAndDecodeAreBitIdentical) {
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    SCOPED_TRACE(std::string(dtype_name(dtype)));
+    check_chunked_prefill(make(), dtype);
+  }
+}
+
+TEST_P(ForwardInvariance, Bf16CacheStaysCloseToF32) {
   const Transformer m = make();
+  const std::vector<int32_t> ids = {5, 9, 1, 44, 2, 2, 17, 90, 3, 3, 60, 12, 8, 8, 31, 77, 4, 0, 96, 23};
+  const auto f32 = forward_alone(m, ids), bf16 = paged_alone(m, ids, DType::kBF16);
+  float max_ref = 0, max_diff = 0;
+  for (size_t i = 0; i < f32.size(); ++i) {
+    max_ref = std::max(max_ref, std::fabs(f32[i]));
+    max_diff = std::max(max_diff, std::fabs(f32[i] - bf16[i]));
+  }
+  EXPECT_GT(max_diff, 0.0f);
+  EXPECT_LT(max_diff / max_ref, 0.02f);
+}
+
+void check_chunked_prefill(const Transformer& m, DType dtype) {
   const int64_t vocab = m.vocab_size();
   std::vector<std::vector<int32_t>> seqs = {{5, 9, 1, 44, 2, 2, 17, 90, 3, 3, 60, 12, 8, 8, 31, 77, 4, 0, 96, 23},
                                             {11, 12, 13}, {50, 40, 30, 20, 10, 1, 2}};
   std::vector<std::vector<float>> want;
-  for (const auto& s : seqs) want.push_back(forward_alone(m, s));
+  for (const auto& s : seqs) want.push_back(dtype == DType::kF32 ? forward_alone(m, s) : paged_alone(m, s, dtype));
 
   // Pages interleaved between sequences and out of order; page size 4.
-  PagedCache cache(m, 4, 16);
+  PagedCache cache(m, 4, 16, dtype);
   std::vector<std::vector<int32_t>> tables = {{9, 2, 14, 0, 6}, {1}, {15, 3}};
   ForwardWorkspace ws;  // reused for every step, with steps of different shapes
   std::vector<size_t> done(seqs.size(), 0);
@@ -451,6 +489,9 @@ TEST(Transformer, RejectsBadBatchesAndWeights) {
   b = Batch();
   b.add_sequence({1}, 0, {0});
   EXPECT_NE(err(b, &wrong).find("does not match the model"), std::string::npos);
+  wrong = cache.kv;
+  wrong.dtype = DType::kF16;
+  EXPECT_NE(err(b, &wrong).find("elements must be F32 or BF16, not F16"), std::string::npos);
 
   ModelWeights w = random_weights(c, 1);
   w.layers[1].up_proj = Tensor::empty({96, 63});

@@ -231,8 +231,9 @@ def lin(x, w, b=None):
     return y + b if b is not None else y
 
 
-def torch_forward(c, W, ids):
-    """Logits [T, vocab] of one sequence (positions 0..T-1)."""
+def torch_forward(c, W, ids, kv_bf16=False):
+    """Logits [T, vocab] of one sequence (positions 0..T-1). kv_bf16: K and V rounded to bf16
+    where they are cached (after RoPE and qk-norm), as a bf16 KV cache stores them."""
     T = len(ids)
     x = W["model.embed_tokens.weight"][torch.tensor(ids)]
     cos, sin = cos_sin(c, list(range(T)))
@@ -258,6 +259,8 @@ def torch_forward(c, W, ids):
             q, k = apply_rope(q, cos, sin, c.adjacent), apply_rope(k, cos, sin, c.adjacent)
             if c.qk_norm and c.own:  # reference AstrAI: RoPE, then norm
                 q, k = rms(q, W[a + "q_norm.weight"], c.eps), rms(k, W[a + "k_norm.weight"], c.eps)
+        if kv_bf16:
+            k, v = k.to(torch.bfloat16).to(torch.float32), v.to(torch.bfloat16).to(torch.float32)
         k = k.repeat_interleave(g, dim=1)
         v = v.repeat_interleave(g, dim=1)
         q, k, v = q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1)  # [H, T, D]

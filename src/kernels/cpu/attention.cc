@@ -61,21 +61,21 @@ inline float att_softmax(float* s, int64_t n) {
 // added at the end. Each V vector is loaded once for the R rows. Storing and reloading f32 is
 // exact and a row's operations do not depend on the rows beside it, so the result depends
 // only on the positions, never on how they were split into spans or grouped into rows.
-template <int NV, int R>
-inline void pv_key(const float* const* p, int64_t i, const float* row, __mmask16 last, __m512 (*acc)[NV]) {
+template <int NV, int R, typename E>
+inline void pv_key(const float* const* p, int64_t i, const E* row, __mmask16 last, __m512 (*acc)[NV]) {
   __m512 pv[R];
 #pragma GCC unroll 3
   for (int r = 0; r < R; ++r) pv[r] = _mm512_set1_ps(p[r][i]);
 #pragma GCC unroll 8
   for (int j = 0; j < NV; ++j) {
-    __m512 v = j < NV - 1 ? _mm512_loadu_ps(row + 16 * j) : _mm512_maskz_loadu_ps(last, row + 16 * j);
+    const __m512 v = load_row16(row + 16 * j, j < NV - 1 ? __mmask16{0xffff} : last);
 #pragma GCC unroll 3
     for (int r = 0; r < R; ++r) acc[r][j] = _mm512_fmadd_ps(pv[r], v, acc[r][j]);
   }
 }
 
-template <int NV, int R>
-void pv_span(const float* const* p, int64_t p0, int64_t n, const float* vr, int64_t stride, __mmask16 last,
+template <int NV, int R, typename E>
+void pv_span(const float* const* p, int64_t p0, int64_t n, const E* vr, int64_t stride, __mmask16 last,
              float* const* acc) {
   __m512 even[R][NV], odd[R][NV];
 #pragma GCC unroll 3
@@ -87,14 +87,14 @@ void pv_span(const float* const* p, int64_t p0, int64_t n, const float* vr, int6
     }
   int64_t i = 0;
   if (n > 0 && (p0 & 1)) {
-    pv_key<NV, R>(p, 0, vr, last, odd);
+    pv_key<NV, R, E>(p, 0, vr, last, odd);
     i = 1;
   }
   for (; i + 1 < n; i += 2) {
-    pv_key<NV, R>(p, i, vr + i * stride, last, even);
-    pv_key<NV, R>(p, i + 1, vr + (i + 1) * stride, last, odd);
+    pv_key<NV, R, E>(p, i, vr + i * stride, last, even);
+    pv_key<NV, R, E>(p, i + 1, vr + (i + 1) * stride, last, odd);
   }
-  if (i < n) pv_key<NV, R>(p, i, vr + i * stride, last, even);
+  if (i < n) pv_key<NV, R, E>(p, i, vr + i * stride, last, even);
 #pragma GCC unroll 3
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 8
@@ -104,18 +104,19 @@ void pv_span(const float* const* p, int64_t p0, int64_t n, const float* vr, int6
     }
 }
 
-using PvSpanFn = void (*)(const float* const*, int64_t, int64_t, const float*, int64_t, __mmask16, float* const*);
+template <typename E>
+using PvSpanFn = void (*)(const float* const*, int64_t, int64_t, const E*, int64_t, __mmask16, float* const*);
 
 // The V-pass kernel for v_dim in (16 * (NV - 1), 16 * NV] and up to R rows, or null (wider
 // than 128: att_axpy path). R is capped so the 2 * NV * R accumulators stay in registers.
 template <int NV>
 constexpr int kPvRows = 2 * NV * 3 + 4 <= 32 ? 3 : 2 * NV * 2 + 4 <= 32 ? 2 : 1;
 
-template <int NV>
-PvSpanFn pv_span_for(int64_t rows) {
-  if (rows >= 3 && kPvRows<NV> >= 3) return &pv_span<NV, (kPvRows<NV> >= 3 ? 3 : 1)>;
-  if (rows >= 2 && kPvRows<NV> >= 2) return &pv_span<NV, (kPvRows<NV> >= 2 ? 2 : 1)>;
-  return &pv_span<NV, 1>;
+template <int NV, typename E>
+PvSpanFn<E> pv_span_for(int64_t rows) {
+  if (rows >= 3 && kPvRows<NV> >= 3) return &pv_span<NV, (kPvRows<NV> >= 3 ? 3 : 1), E>;
+  if (rows >= 2 && kPvRows<NV> >= 2) return &pv_span<NV, (kPvRows<NV> >= 2 ? 2 : 1), E>;
+  return &pv_span<NV, 1, E>;
 }
 
 int64_t pv_rows(int64_t nv) {
@@ -131,25 +132,27 @@ int64_t pv_rows(int64_t nv) {
   }
 }
 
-PvSpanFn pv_span_fn(int64_t nv, int64_t rows) {
+template <typename E>
+PvSpanFn<E> pv_span_fn(int64_t nv, int64_t rows) {
   switch (nv) {
-    case 1: return pv_span_for<1>(rows);
-    case 2: return pv_span_for<2>(rows);
-    case 3: return pv_span_for<3>(rows);
-    case 4: return pv_span_for<4>(rows);
-    case 5: return pv_span_for<5>(rows);
-    case 6: return pv_span_for<6>(rows);
-    case 7: return pv_span_for<7>(rows);
-    case 8: return pv_span_for<8>(rows);
+    case 1: return pv_span_for<1, E>(rows);
+    case 2: return pv_span_for<2, E>(rows);
+    case 3: return pv_span_for<3, E>(rows);
+    case 4: return pv_span_for<4, E>(rows);
+    case 5: return pv_span_for<5, E>(rows);
+    case 6: return pv_span_for<6, E>(rows);
+    case 7: return pv_span_for<7, E>(rows);
+    case 8: return pv_span_for<8, E>(rows);
     default: return nullptr;
   }
 }
 
-inline void att_axpy(float p, const float* x, int64_t n, float* y) {
+template <typename E>
+inline void att_axpy(float p, const E* x, int64_t n, float* y) {
   const __m512 pv = _mm512_set1_ps(p);
   for (int64_t i = 0; i < n; i += 16) {
     const __mmask16 m = tail_mask(n - i);
-    _mm512_mask_storeu_ps(y + i, m, _mm512_fmadd_ps(pv, _mm512_maskz_loadu_ps(m, x + i), _mm512_maskz_loadu_ps(m, y + i)));
+    _mm512_mask_storeu_ps(y + i, m, _mm512_fmadd_ps(pv, load_row16(x + i, m), _mm512_maskz_loadu_ps(m, y + i)));
   }
 }
 
@@ -162,11 +165,14 @@ inline void pv_finish(const float* acc, int64_t v_dim, float* out) {
 }
 #else
 struct PvUnused {};
+template <typename E>
 using PvSpanFn = PvUnused*;
-inline PvSpanFn pv_span_fn(int64_t, int64_t) { return nullptr; }
+template <typename E>
+inline PvSpanFn<E> pv_span_fn(int64_t, int64_t) { return nullptr; }
 inline int64_t pv_rows(int64_t) { return 1; }
-inline void att_axpy(float p, const float* x, int64_t n, float* y) {
-  for (int64_t i = 0; i < n; ++i) y[i] += p * x[i];
+template <typename E>
+inline void att_axpy(float p, const E* x, int64_t n, float* y) {
+  for (int64_t i = 0; i < n; ++i) y[i] += p * widen(x[i]);
 }
 inline float att_softmax(float* s, int64_t n) {
   const float m = max_value(s, n);
@@ -178,9 +184,10 @@ inline float att_softmax(float* s, int64_t n) {
 }
 #endif
 
-inline void prefetch_l2(const float* p, int64_t floats) {
+template <typename E>
+inline void prefetch_l2(const E* p, int64_t elements) {
   const char* c = reinterpret_cast<const char*>(p);
-  for (int64_t b = 0; b < floats * 4; b += 64) __builtin_prefetch(c + b, 0, 2);
+  for (int64_t b = 0; b < elements * static_cast<int64_t>(sizeof(E)); b += 64) __builtin_prefetch(c + b, 0, 2);
 }
 
 // Calls fn(first_position, count, k_rows, v_rows, k_stride, v_stride) for consecutive runs
@@ -192,13 +199,15 @@ inline void prefetch_l2(const float* p, int64_t floats) {
 // into L1, or further ahead, measured no better). Without pages, runs of kRun positions, so one run's V
 // rows stay in L1 while every query row of a block passes over them (rows kv_heads * dim
 // apart map to few L1 sets: 16 rows of a 12-head model fit, 64 evict each other).
-template <typename Fn>
+template <typename E, typename Fn>
 inline void for_each_kv_run(const KvSource& kv, const AttentionSeq& s, int64_t kv_head, const AttentionDims& d,
                             int64_t len, bool prefetch_next, Fn&& fn) {
+  const E* kb = static_cast<const E*>(kv.k);
+  const E* vb = static_cast<const E*>(kv.v);
   if (kv.page_size == 0) {
     const int64_t k_stride = d.num_kv_heads * d.qk_dim, v_stride = d.num_kv_heads * d.v_dim;
-    const float* k = kv.k + s.token_begin * k_stride + kv_head * d.qk_dim;
-    const float* v = kv.v + s.token_begin * v_stride + kv_head * d.v_dim;
+    const E* k = kb + s.token_begin * k_stride + kv_head * d.qk_dim;
+    const E* v = vb + s.token_begin * v_stride + kv_head * d.v_dim;
     for (int64_t t0 = 0; t0 < len; t0 += kRun)
       fn(t0, std::min<int64_t>(kRun, len - t0), k + t0 * k_stride, v + t0 * v_stride, k_stride, v_stride);
     return;
@@ -209,16 +218,18 @@ inline void for_each_kv_run(const KvSource& kv, const AttentionSeq& s, int64_t k
     const int64_t page = s.page_table[t0 / ps];
     if (prefetch_next && t0 + ps < len) {
       const int64_t next = s.page_table[t0 / ps + 1];
-      prefetch_l2(kv.k + next * k_page + kv_head * ps * d.qk_dim, ps * d.qk_dim);
-      prefetch_l2(kv.v + next * v_page + kv_head * ps * d.v_dim, ps * d.v_dim);
+      prefetch_l2(kb + next * k_page + kv_head * ps * d.qk_dim, ps * d.qk_dim);
+      prefetch_l2(vb + next * v_page + kv_head * ps * d.v_dim, ps * d.v_dim);
     }
-    fn(t0, std::min(ps, len - t0), kv.k + page * k_page + kv_head * ps * d.qk_dim,
-       kv.v + page * v_page + kv_head * ps * d.v_dim, d.qk_dim, d.v_dim);
+    fn(t0, std::min(ps, len - t0), kb + page * k_page + kv_head * ps * d.qk_dim,
+       vb + page * v_page + kv_head * ps * d.v_dim, d.qk_dim, d.v_dim);
   }
 }
 
 // One work item: tokens [t0, t0 + nt) of sequence s against kv head kvh. scores holds
-// [nt * groups][max_len], acc [nt * groups][acc_stride].
+// [nt * groups][max_len], acc [nt * groups][acc_stride]. E: the K/V element (float, or
+// uint16_t for bf16).
+template <typename E>
 void attend_block(const float* q, const KvSource& kv, const AttentionSeq& s, int64_t t0, int64_t nt, int64_t kvh,
                   const AttentionDims& d, float* out, float* lse, float* scores, int64_t max_len, float* acc,
                   int64_t acc_stride) {
@@ -228,8 +239,8 @@ void attend_block(const float* q, const KvSource& kv, const AttentionSeq& s, int
   const int64_t len0 = s.context_len + (t0 - s.token_begin) + 1;
   const int64_t len_max = len0 + nt - 1;
   const QueryBlock qb{q + (t0 * d.num_heads + kvh * groups) * d.qk_dim, nt, groups, d.num_heads * d.qk_dim, d.qk_dim};
-  for_each_kv_run(kv, s, kvh, d, len_max, true,
-                  [&](int64_t p0, int64_t n, const float* kr, const float*, int64_t ks, int64_t) {
+  for_each_kv_run<E>(kv, s, kvh, d, len_max, true,
+                     [&](int64_t p0, int64_t n, const E* kr, const E*, int64_t ks, int64_t) {
     qk_scores(qb, kr, ks, p0, n, d.scale, scores, max_len);
   });
   for (int64_t r = 0; r < rows; ++r) {
@@ -238,10 +249,10 @@ void attend_block(const float* q, const KvSource& kv, const AttentionSeq& s, int
   }
   std::fill(acc, acc + rows * acc_stride, 0.0f);
   const int64_t nv = (d.v_dim + 15) / 16;
-  const bool simd = pv_span_fn(nv, 1) != nullptr;
+  const bool simd = pv_span_fn<E>(nv, 1) != nullptr;
   const int64_t chunk = simd ? pv_rows(nv) : 1;
-  for_each_kv_run(kv, s, kvh, d, len_max, false,
-                  [&](int64_t p0, int64_t n, const float*, const float* vr, int64_t, int64_t vs) {
+  for_each_kv_run<E>(kv, s, kvh, d, len_max, false,
+                     [&](int64_t p0, int64_t n, const E*, const E* vr, int64_t, int64_t vs) {
     // Rows in chunks sharing each V load over the positions all of them see; a row's own
     // remaining positions (causal prefill blocks) go alone.
     for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
@@ -255,7 +266,7 @@ void attend_block(const float* q, const KvSource& kv, const AttentionSeq& s, int
       }
 #if defined(__AVX512F__)
       const __mmask16 last = tail_mask(d.v_dim - 16 * (nv - 1));
-      if (simd && common > 0) pv_span_fn(nv, nr)(p, p0, common, vr, vs, last, a);
+      if (simd && common > 0) pv_span_fn<E>(nv, nr)(p, p0, common, vr, vs, last, a);
 #endif
       for (int64_t i = 0; i < nr; ++i) {
         const int64_t len = len0 + (r0 + i) / groups;
@@ -265,7 +276,7 @@ void attend_block(const float* q, const KvSource& kv, const AttentionSeq& s, int
         if (simd) {
           const float* pi[1] = {p[i] + from};
           float* ai[1] = {a[i]};
-          pv_span_fn(nv, 1)(pi, p0 + from, to - from, vr + from * vs, vs, last, ai);
+          pv_span_fn<E>(nv, 1)(pi, p0 + from, to - from, vr + from * vs, vs, last, ai);
           continue;
         }
 #endif
@@ -317,8 +328,12 @@ void attention(const float* q, const KvSource& kv, const AttentionSeq* seqs, int
 #pragma omp for schedule(static, 1)
     for (int64_t item = 0; item < items; ++item) {
       const AttentionScratch::Block& b = scratch.blocks[static_cast<size_t>(item / d.num_kv_heads)];
-      attend_block(q, kv, seqs[b.seq], b.token, b.count, item % d.num_kv_heads, d, out, lse, scores, max_len, acc,
-                   acc_stride);
+      if (kv.bf16)
+        attend_block<uint16_t>(q, kv, seqs[b.seq], b.token, b.count, item % d.num_kv_heads, d, out, lse, scores,
+                               max_len, acc, acc_stride);
+      else
+        attend_block<float>(q, kv, seqs[b.seq], b.token, b.count, item % d.num_kv_heads, d, out, lse, scores,
+                            max_len, acc, acc_stride);
     }
   }
 }

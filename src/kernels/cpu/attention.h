@@ -34,10 +34,14 @@ struct AttentionSeq {
 //   page_size > 0: position i is in page page_table[i / page_size], slot i % page_size, and
 //     pages are head-major: k + ((page * kv_heads + h) * page_size + slot) * qk_dim, so one
 //     head's rows of a page are contiguous (the same for v with v_dim).
+// Rows are f32, or bf16 when bf16 is set (the engine's paged cache can store K/V
+// in bf16, half the bytes each decode step streams; a bf16 value widens to f32 exactly, so
+// the result equals the f32 run over the same, rounded, rows).
 struct KvSource {
-  const float* k = nullptr;
-  const float* v = nullptr;
+  const void* k = nullptr;
+  const void* v = nullptr;
   int32_t page_size = 0;
+  bool bf16 = false;
 };
 
 // Scratch reused across calls: per-thread score and accumulator buffers and the work list,

@@ -22,12 +22,19 @@ struct QueryBlock {
 };
 
 #if defined(__AVX512F__)
+// 16 elements of a K/V row as f32 (the lanes past `m` zero): f32 rows are loaded, bf16
+// rows widened exactly.
+inline __m512 load_row16(const float* p, __mmask16 m) { return _mm512_maskz_loadu_ps(m, p); }
+inline __m512 load_row16(const uint16_t* p, __mmask16 m) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p)), 16));
+}
+
 // Up to R query rows against 8 keys: s[r][c] = (q[r] . k[c]) * scale for the keys in
 // store_mask. Each K vector is loaded once for all R rows (R = 3 holds 24 accumulators), and
 // each dot is one FMA chain over 16-wide steps of dim, its lanes summed by the reduce8 tree,
 // so a score is the same operations whatever rows it shares the block with.
-template <int R>
-inline void qk_rows8(const float* const* q, const float* const* k, int64_t dim, __m256 scale, __mmask8 store_mask,
+template <int R, typename E>
+inline void qk_rows8(const float* const* q, const E* const* k, int64_t dim, __m256 scale, __mmask8 store_mask,
                      float* const* s) {
   __m512 acc[R][8];  // fully unrolled loops keep these in registers
 #pragma GCC unroll 3
@@ -41,7 +48,7 @@ inline void qk_rows8(const float* const* q, const float* const* k, int64_t dim, 
     for (int r = 0; r < R; ++r) qv[r] = _mm512_maskz_loadu_ps(m, q[r] + d0);
 #pragma GCC unroll 8
     for (int c = 0; c < 8; ++c) {
-      __m512 kv = _mm512_maskz_loadu_ps(m, k[c] + d0);
+      const __m512 kv = load_row16(k[c] + d0, m);
 #pragma GCC unroll 3
       for (int r = 0; r < R; ++r) acc[r][c] = _mm512_fmadd_ps(qv[r], kv, acc[r][c]);
     }
@@ -59,14 +66,15 @@ inline void qk_rows8(const float* const* q, const float* const* k, int64_t dim, 
 // independent chains, one reduce8 tree) and query rows 3 at a time, sharing each K load; the
 // 8 K rows stay in L1 for all query rows. A short block repeats its last key, which only
 // fills lanes that are not stored.
-inline void qk_scores(const QueryBlock& qb, const float* kr, int64_t ks, int64_t p0, int64_t n, float scale, float* s,
+template <typename E>
+inline void qk_scores(const QueryBlock& qb, const E* kr, int64_t ks, int64_t p0, int64_t n, float scale, float* s,
                       int64_t ld) {
   const __m256 sc = _mm256_set1_ps(scale);
   const int64_t rows = qb.tokens * qb.groups;
   for (int64_t i0 = 0; i0 < n; i0 += 8) {
     const int64_t nk = std::min<int64_t>(8, n - i0);
     const __mmask8 store = static_cast<__mmask8>((1u << nk) - 1);
-    const float* k[8];
+    const E* k[8];
 #pragma GCC unroll 8
     for (int64_t c = 0; c < 8; ++c) k[c] = kr + (i0 + std::min(c, nk - 1)) * ks;
     for (int64_t r0 = 0; r0 < rows; r0 += 3) {
@@ -85,7 +93,8 @@ inline void qk_scores(const QueryBlock& qb, const float* kr, int64_t ks, int64_t
   }
 }
 #else
-inline void qk_scores(const QueryBlock& qb, const float* kr, int64_t ks, int64_t p0, int64_t n, float scale, float* s,
+template <typename E>
+inline void qk_scores(const QueryBlock& qb, const E* kr, int64_t ks, int64_t p0, int64_t n, float scale, float* s,
                       int64_t ld) {
   for (int64_t i = 0; i < n; ++i)
     for (int64_t j = 0; j < qb.tokens; ++j)

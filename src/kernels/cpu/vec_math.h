@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "tensor/dtype.h"
+
 namespace astrai::kernels {
 
 constexpr int kLanes = 16;
@@ -37,14 +39,20 @@ inline void exp_shifted(const float* x, float shift, int64_t n, float* y) {
   for (int64_t i = 0; i < n; ++i) y[i] = exp_approx(x[i] - shift);
 }
 
+// An element of an f32 or bf16 (stored as uint16_t) row as f32; bf16 widens exactly.
+inline float widen(float x) { return x; }
+inline float widen(uint16_t bf16) { return bf16_to_f32(bf16); }
+
 // Sum of a[i] * b[i] in a fixed order: 16 lane accumulators over i = l, l + 16, ..., then
-// the lanes added pairwise (8, 4, 2, 1). The same n always gives the same order.
-inline float dot(const float* a, const float* b, int64_t n) {
+// the lanes added pairwise (8, 4, 2, 1). The same n always gives the same order. b is f32 or
+// bf16 (uint16_t).
+template <typename B>
+inline float dot(const float* a, const B* b, int64_t n) {
   float acc[kLanes] = {};
   int64_t i = 0;
   for (; i + kLanes <= n; i += kLanes)
-    for (int l = 0; l < kLanes; ++l) acc[l] += a[i + l] * b[i + l];
-  for (int l = 0; i + l < n; ++l) acc[l] += a[i + l] * b[i + l];
+    for (int l = 0; l < kLanes; ++l) acc[l] += a[i + l] * widen(b[i + l]);
+  for (int l = 0; i + l < n; ++l) acc[l] += a[i + l] * widen(b[i + l]);
   for (int w = kLanes / 2; w >= 1; w /= 2)
     for (int l = 0; l < w; ++l) acc[l] += acc[l + w];
   return acc[0];
