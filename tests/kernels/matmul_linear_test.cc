@@ -112,7 +112,7 @@ TEST_P(LinearDtypeTest, RowsAreBitIdenticalWhateverTheBatch) {
     const auto big = random_vec(static_cast<size_t>(512 * k), rng);
     std::vector<float> y512(static_cast<size_t>(512 * n));
     linear(big.data(), 512, w.view(), bias.data(), y512.data());
-    for (const int64_t m : {1, 2, 3, 5, 8, 9, 37, 100}) {
+    for (const int64_t m : {1, 2, 3, 5, 8, 9, 32, 37, 64, 100}) {  // 32-64 with K = 2048: x re-strided
       for (const int64_t offset : {int64_t{0}, int64_t{13}, 512 - m}) {
         if (offset + m > 512) continue;
         std::vector<float> y(static_cast<size_t>(m * n));
