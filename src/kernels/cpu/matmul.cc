@@ -102,12 +102,19 @@ void tile(const float* x, int64_t ldx, const void* w, int64_t ld, int64_t kc, in
 #pragma GCC unroll 8
     for (int c = 0; c < kNr; ++c) acc[r][c] = _mm512_setzero_ps();
   const int64_t kfull = kc & ~int64_t{15};
-  // prefetch_lines cache lines from `prefetch` on, spread evenly over the K steps.
-  const int64_t pf_step = prefetch ? (prefetch_lines + kc / 16) / std::max<int64_t>(1, kc / 16) : 0;
+  // About prefetch_lines cache lines from `prefetch` on, the same number in each K step until
+  // they are covered (rounding up may touch a few lines more: prefetches never fault).
+  const int64_t steps = std::max<int64_t>(1, kc / 16);
+  const int64_t pf_step = prefetch ? (prefetch_lines + steps - 1) / steps : 0;
+  const int64_t pf_until = pf_step > 0 ? (prefetch_lines + pf_step - 1) / pf_step * 16 : 0;  // in k
+  const char* pf = prefetch;
   int64_t k = 0;
   for (; k < kfull; k += 16) {
-    for (int64_t b = k / 16 * pf_step, e = std::min(b + pf_step, prefetch_lines); b < e; ++b)
-      _mm_prefetch(prefetch + b * 64, _MM_HINT_T1);
+    if (k < pf_until) {
+#pragma GCC unroll 8
+      for (int64_t b = 0; b < pf_step; ++b) _mm_prefetch(pf + b * 64, _MM_HINT_T1);
+      pf += pf_step * 64;
+    }
     __m512 xv[MR];
 #pragma GCC unroll 8
     for (int r = 0; r < MR; ++r) xv[r] = _mm512_loadu_ps(x + r * ldx + k);
