@@ -62,33 +62,34 @@ inline void qk_rows8(const float* const* q, const E* const* k, int64_t dim, __m2
 }
 
 // Scores of every query row of the block against n keys (rows kr + i * ks), written at key
-// offset p0: s[row * ld + p0 + i] = (q_row . k_i) * scale. Keys go 8 at a time (eight
-// independent chains, one reduce8 tree) and query rows 3 at a time, sharing each K load; the
-// 8 K rows stay in L1 for all query rows. A short block repeats its last key, which only
-// fills lanes that are not stored.
+// offset p0: s[row * ld + p0 + i] = (q_row . k_i) * scale. Query rows go 3 at a time, sharing
+// each K load, and keys 8 at a time (eight independent chains, one reduce8 tree); a run's K rows
+// (one page, or 64 positions) stay in L1 for all row groups. A short block repeats its last key,
+// which only fills lanes that are not stored.
 template <typename E>
 inline void qk_scores(const QueryBlock& qb, const E* kr, int64_t ks, int64_t p0, int64_t n, float scale, float* s,
                       int64_t ld) {
   const __m256 sc = _mm256_set1_ps(scale);
   const int64_t rows = qb.tokens * qb.groups;
-  for (int64_t i0 = 0; i0 < n; i0 += 8) {
-    const int64_t nk = std::min<int64_t>(8, n - i0);
-    const __mmask8 store = static_cast<__mmask8>((1u << nk) - 1);
-    const E* k[8];
+  for (int64_t r0 = 0; r0 < rows; r0 += 3) {
+    const float* q[3] = {qb.q, qb.q, qb.q};
+    float* out[3] = {s, s, s};  // entries past nr unused
+    const int64_t nr = std::min<int64_t>(3, rows - r0);
+    for (int64_t i = 0; i < nr; ++i) {
+      const int64_t r = r0 + i;
+      q[i] = qb.q + (r / qb.groups) * qb.token_stride + (r % qb.groups) * qb.dim;
+      out[i] = s + r * ld + p0;
+    }
+    for (int64_t i0 = 0; i0 < n; i0 += 8) {
+      const int64_t nk = std::min<int64_t>(8, n - i0);
+      const __mmask8 store = static_cast<__mmask8>((1u << nk) - 1);
+      const E* k[8];
 #pragma GCC unroll 8
-    for (int64_t c = 0; c < 8; ++c) k[c] = kr + (i0 + std::min(c, nk - 1)) * ks;
-    for (int64_t r0 = 0; r0 < rows; r0 += 3) {
-      const float* q[3];
-      float* out[3];
-      const int64_t nr = std::min<int64_t>(3, rows - r0);
-      for (int64_t i = 0; i < nr; ++i) {
-        const int64_t r = r0 + i;
-        q[i] = qb.q + (r / qb.groups) * qb.token_stride + (r % qb.groups) * qb.dim;
-        out[i] = s + r * ld + p0 + i0;
-      }
-      if (nr == 3) qk_rows8<3>(q, k, qb.dim, sc, store, out);
-      else if (nr == 2) qk_rows8<2>(q, k, qb.dim, sc, store, out);
-      else qk_rows8<1>(q, k, qb.dim, sc, store, out);
+      for (int64_t c = 0; c < 8; ++c) k[c] = kr + (i0 + std::min(c, nk - 1)) * ks;
+      float* o[3] = {out[0] + i0, out[1] + i0, out[2] + i0};
+      if (nr == 3) qk_rows8<3>(q, k, qb.dim, sc, store, o);
+      else if (nr == 2) qk_rows8<2>(q, k, qb.dim, sc, store, o);
+      else qk_rows8<1>(q, k, qb.dim, sc, store, o);
     }
   }
 }
