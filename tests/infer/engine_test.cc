@@ -44,8 +44,9 @@ GenerationRequest greedy(std::vector<int32_t> prompt, int32_t max_tokens) {
 }
 
 void expect_pool_full(const Engine& e) {
-  // The engine thread publishes stats after each loop; wait until it has gone idle.
-  for (int i = 0; i < 2000; ++i) {
+  // The engine thread publishes stats after each loop; wait until it has gone idle. The bound
+  // only stops a hung engine (under TSan on a loaded machine going idle can take seconds).
+  for (int i = 0; i < 60000; ++i) {
     auto s = e.stats();
     if (s.running == 0 && s.waiting == 0 && s.kv_pages_used == 0) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
