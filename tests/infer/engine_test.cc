@@ -118,6 +118,12 @@ TEST(Engine, SixteenConcurrentRaggedRequestsChunked) {
   std::vector<RequestHandle> handles;
   std::vector<std::thread> threads;
   std::mutex mu;
+  // The first forward waits until every request is queued, so requests do batch however the
+  // threads are scheduled (else a slow submitter can see each request finish before the next).
+  std::atomic<bool> all_queued{false};
+  rig.model->before_forward = [&](const astrai::model::Batch&) {
+    while (!all_queued.load()) std::this_thread::yield();
+  };
   for (int i = 0; i < 16; ++i)
     threads.emplace_back([&, i] {
       auto h = rig.engine->submit(greedy(prompts[i], gens[i]));
@@ -125,6 +131,7 @@ TEST(Engine, SixteenConcurrentRaggedRequestsChunked) {
       handles.push_back(h);
     });
   for (auto& t : threads) t.join();
+  all_queued.store(true);
   for (auto& h : handles) {
     auto r = h.wait();
     auto it = std::find(prompts.begin(), prompts.end(), r.prompt_ids);
@@ -144,10 +151,15 @@ TEST(Engine, PreemptionWhenPagesRunOutGivesSameOutput) {
   std::mt19937 rng(3);
   std::vector<std::vector<int32_t>> prompts;
   std::vector<RequestHandle> handles;
+  std::atomic<bool> all_queued{false};  // all 8 run together, however the threads are scheduled
+  rig.model->before_forward = [&](const astrai::model::Batch&) {
+    while (!all_queued.load()) std::this_thread::yield();
+  };
   for (int i = 0; i < 8; ++i) {
     prompts.push_back(random_prompt(rng, 20));
     handles.push_back(rig.engine->submit(greedy(prompts.back(), 30)));
   }
+  all_queued.store(true);
   for (int i = 0; i < 8; ++i) {
     auto r = handles[i].wait();
     EXPECT_EQ(r.choices[0].token_ids, reference_greedy(prompts[i], 300, 30)) << "request " << i;
