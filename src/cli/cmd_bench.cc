@@ -298,8 +298,7 @@ void setup_bench(CLI::App& app) {
   dec->add_option("--prompt", d->prompt, "Prompt tokens per request");
   dec->add_option("--gen", d->gen, "Generated tokens per request");
   dec->add_option("--batches", d->batches, "Batch sizes");
-  dec->add_option("--kv-dtype", d->kv_dtype, "KV cache elements: auto (bf16 for bf16 weights, else f32), f32, bf16")
-      ->check(CLI::IsMember({"auto", "f32", "bf16"}));
+  add_kv_dtype_option(dec, &d->kv_dtype);
   dec->add_flag("--json", d->json, "Also print a JSON report");
   dec->callback([d] { run_decode(*d); });
   auto p = std::make_shared<PrefixFlags>();
@@ -309,8 +308,7 @@ void setup_bench(CLI::App& app) {
   pre->add_option("--prefix", p->prefix, "Shared prefix tokens");
   pre->add_option("--suffix", p->suffix, "Own tokens per request");
   pre->add_option("--gen", p->gen, "Generated tokens per request");
-  pre->add_option("--kv-dtype", p->kv_dtype, "KV cache elements: auto (bf16 for bf16 weights, else f32), f32, bf16")
-      ->check(CLI::IsMember({"auto", "f32", "bf16"}));
+  add_kv_dtype_option(pre, &p->kv_dtype);
   pre->callback([p] { run_prefix(*p); });
   for (auto setup : registered_benches()) setup(*bench);
 }

@@ -13,6 +13,7 @@
 #include "base/parallel.h"
 #include "base/timer.h"
 #include "cli/command.h"
+#include "cli/infer_flags.h"
 #include "infer/engine.h"
 #include "model/transformer.h"
 #include "serve/server.h"
@@ -126,11 +127,7 @@ void setup_serve(CLI::App& app) {
   cmd->add_option("--max-running", opts->max_running, "Requests in the running batch")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("--max-queue", opts->max_queue, "Queued requests before 429")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("--kv-cache-memory", opts->kv_cache_memory, "KV cache size (e.g. 512M, 4G)")->capture_default_str();
-  cmd->add_option("--kv-dtype", opts->kv_dtype,
-                  "KV cache elements: auto (bf16 for a bf16 checkpoint, else f32), f32, or bf16 (half the memory; K/V "
-                  "rounded to bf16)")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"auto", "f32", "bf16"}));
+  add_kv_dtype_option(cmd, &opts->kv_dtype);
   cmd->add_option("--threads", opts->threads, "Compute threads (0 = all cores)")->capture_default_str()->check(CLI::NonNegativeNumber);
   cmd->add_option("--http-threads", opts->http_threads, "Request workers (parsing, templating, formatting)")
       ->capture_default_str()->check(CLI::Range(1, 64));

@@ -13,6 +13,16 @@
 
 namespace astrai::cli {
 
+// --kv-dtype, into EngineOptions::kv_dtype (shared by generate, chat, serve and bench).
+inline CLI::Option* add_kv_dtype_option(CLI::App* cmd, std::string* kv_dtype) {
+  return cmd
+      ->add_option("--kv-dtype", *kv_dtype,
+                   "KV cache elements: auto (bf16 for a bf16 checkpoint, else f32), f32, or bf16 (half the memory; "
+                   "K/V rounded to bf16)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "f32", "bf16"}));
+}
+
 struct EngineFlags {
   int max_running = 64;
   int max_step_tokens = 2048;
@@ -28,10 +38,7 @@ struct EngineFlags {
     cmd->add_option("--max-step-tokens", max_step_tokens, "Token budget of one step (chunked prefill)");
     cmd->add_option("--page-size", page_size, "KV cache page size in tokens");
     cmd->add_option("--kv-cache-mb", kv_cache_mb, "KV cache budget in MiB");
-    cmd->add_option("--kv-dtype", kv_dtype,
-                    "KV cache elements: auto (bf16 for a bf16 checkpoint, else f32), f32, or bf16 (half the memory; "
-                    "K/V rounded to bf16)")
-        ->check(CLI::IsMember({"auto", "f32", "bf16"}));
+    add_kv_dtype_option(cmd, &kv_dtype);
     cmd->add_flag("--no-prefix-cache", no_prefix_cache, "Disable the shared prefix cache");
     cmd->add_option("--max-context", max_context, "Context length (default: the model's)");
     cmd->add_option("--threads", threads, "Threads (default: all cores)");
