@@ -231,6 +231,7 @@ void linear_invariant(const float* x, int64_t m, const WeightView& w, const floa
     // A contiguous share of whole 8-row groups per thread (the partition never affects values).
     const int64_t r0 = std::min(n, groups * t / nt * kNr), r1 = std::min(n, groups * (t + 1) / nt * kNr);
     if (!pack) {
+      const int64_t tiles = num_tiles(m);
       // Decode (and f32 decode batches): W read in place, 8 rows at a time over the whole K;
       // every row tile of x passes over each 8 x kKb block of weights while it is in L1.
       for (int64_t j = r0; j < r1; j += kNr) {
@@ -245,7 +246,7 @@ void linear_invariant(const float* x, int64_t m, const WeightView& w, const floa
           // group's 8 streams, and a burst of requests would stall the tile that issues it.
           const bool pf = j + 2 * kNr <= r1;
           const char* next = reinterpret_cast<const char*>(wb + ((j + kNr) * kk + 8 * k0) * esz);
-          const int64_t lines = kNr * kc * static_cast<int64_t>(esz) / 64, tiles = num_tiles(m);
+          const int64_t lines = kNr * kc * static_cast<int64_t>(esz) / 64;
           for (int64_t i = 0, ti = 0; i < m; ++ti) {
             const int64_t mr = tile_rows(m - i);
             const int64_t l0 = lines * ti / tiles, l1 = lines * (ti + 1) / tiles;
