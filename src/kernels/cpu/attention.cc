@@ -9,16 +9,8 @@
 #include <algorithm>
 #include <cmath>
 
-#include "kernels/cpu/attention_simd.h"
+#include "kernels/cpu/attention_simd.h"  // with exp512.h and immintrin.h on AVX-512 builds
 #include "kernels/cpu/vec_math.h"
-
-#if defined(__AVX512F__)
-#include "kernels/cpu/exp512.h"
-#endif
-
-#if defined(__AVX512F__)
-#include <immintrin.h>
-#endif
 
 namespace astrai::kernels {
 
@@ -249,15 +241,22 @@ void attend_block(const float* q, const KvSource& kv, const AttentionSeq& s, int
   }
   std::fill(acc, acc + rows * acc_stride, 0.0f);
   const int64_t nv = (d.v_dim + 15) / 16;
-  const bool simd = pv_span_fn<E>(nv, 1) != nullptr;
-  const int64_t chunk = simd ? pv_rows(nv) : 1;
+  // The V-pass kernels for 1..chunk rows, chosen once per work item (null: v_dim over 128 or
+  // no AVX-512, the att_axpy path, one row at a time).
+  const int64_t chunk = pv_span_fn<E>(nv, 1) != nullptr ? pv_rows(nv) : 1;
+  PvSpanFn<E> span[4] = {};
+  for (int64_t r = 1; r <= chunk; ++r) span[r] = pv_span_fn<E>(nv, r);
+  const bool simd = span[1] != nullptr;
+#if defined(__AVX512F__)
+  const __mmask16 last = tail_mask(d.v_dim - 16 * (nv - 1));
+#endif
   for_each_kv_run<E>(kv, s, kvh, d, len_max, false,
                      [&](int64_t p0, int64_t n, const E*, const E* vr, int64_t, int64_t vs) {
     // Rows in chunks sharing each V load over the positions all of them see; a row's own
     // remaining positions (causal prefill blocks) go alone.
     for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
       const int64_t nr = std::min(chunk, rows - r0);
-      const int64_t common = std::min(n, len0 + r0 / groups - p0);  // the chunk's shortest row
+      const int64_t common = simd ? std::clamp<int64_t>(len0 + r0 / groups - p0, 0, n) : 0;  // shortest row
       const float* p[3];
       float* a[3];
       for (int64_t i = 0; i < nr; ++i) {
@@ -265,22 +264,20 @@ void attend_block(const float* q, const KvSource& kv, const AttentionSeq& s, int
         a[i] = acc + (r0 + i) * acc_stride;
       }
 #if defined(__AVX512F__)
-      const __mmask16 last = tail_mask(d.v_dim - 16 * (nv - 1));
-      if (simd && common > 0) pv_span_fn<E>(nv, nr)(p, p0, common, vr, vs, last, a);
+      if (common > 0) span[nr](p, p0, common, vr, vs, last, a);
 #endif
       for (int64_t i = 0; i < nr; ++i) {
-        const int64_t len = len0 + (r0 + i) / groups;
-        const int64_t from = simd ? std::max<int64_t>(0, common) : 0, to = std::min(n, len - p0);
-        if (from >= to) continue;
+        const int64_t to = std::min(n, len0 + (r0 + i) / groups - p0);
+        if (common >= to) continue;
 #if defined(__AVX512F__)
         if (simd) {
-          const float* pi[1] = {p[i] + from};
+          const float* pi[1] = {p[i] + common};
           float* ai[1] = {a[i]};
-          pv_span_fn<E>(nv, 1)(pi, p0 + from, to - from, vr + from * vs, vs, last, ai);
+          span[1](pi, p0 + common, to - common, vr + common * vs, vs, last, ai);
           continue;
         }
 #endif
-        for (int64_t k = from; k < to; ++k) att_axpy(p[i][k], vr + k * vs, d.v_dim, a[i]);
+        for (int64_t k = common; k < to; ++k) att_axpy(p[i][k], vr + k * vs, d.v_dim, a[i]);
       }
     }
   });
