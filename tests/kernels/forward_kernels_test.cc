@@ -6,6 +6,8 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <algorithm>
+#include <numeric>
 #include <vector>
 
 #include "kernels/cpu/activation.h"
@@ -193,20 +195,27 @@ std::vector<double> naive_attention(const float* q, const float* k, const float*
 struct PagedCase {
   int64_t page_size;
   AttentionDims dims;
+  int64_t len = 37, ctx = 29;  // positions in all, of which cached before the new tokens
+  float ramp = 0.0f;           // K row t scaled by 1 + ramp * t / len: later keys score higher
 };
 
 class AttentionPaged : public ::testing::TestWithParam<PagedCase> {};
 
-// Page sizes 8 (even runs) and 5 (runs starting at odd positions, 8 pages of which the
-// last is partial, in shuffled order) must give the same bits as the contiguous run. The
-// head shapes vary how query rows are grouped (3 at a time share each K and V load, across
-// tokens of different lengths when the group size is not 3) and how many rows the V pass
-// keeps in registers (v_dim 80: 2, v_dim 100: 1).
+// Page sizes 8 (even runs), 5 (runs starting at odd positions, the last page partial) and 16,
+// pages in shuffled order, must give the same bits as the contiguous run. The head shapes
+// vary how query rows are grouped (3 at a time share each K and V load, across tokens of
+// different lengths when the group size is not 3) and how many rows the V pass keeps in
+// registers (v_dim 80: 2, v_dim 100: 1). The 150-position cases cross the kernel's 64-key
+// chunks, with 4-token blocks that start before a chunk boundary and end after it, and
+// (ramp) with maxima that grow from chunk to chunk, so the online softmax rescales.
 TEST_P(AttentionPaged, ContiguousAndPagedMatchNaiveAndEachOther) {
   const AttentionDims d = GetParam().dims;
-  const int64_t len = 37, ctx = 29, n = len - ctx, ps = GetParam().page_size;
+  const int64_t len = GetParam().len, ctx = GetParam().ctx, n = len - ctx, ps = GetParam().page_size;
   auto k = randn(len * d.num_kv_heads * d.qk_dim, 10), v = randn(len * d.num_kv_heads * d.v_dim, 11);
   auto q = randn(len * d.num_heads * d.qk_dim, 12);
+  for (int64_t t = 0; t < len; ++t)
+    for (int64_t e = 0; e < d.num_kv_heads * d.qk_dim; ++e)
+      k[t * d.num_kv_heads * d.qk_dim + e] *= 1.0f + GetParam().ramp * static_cast<float>(t) / static_cast<float>(len);
 
   // Contiguous: the whole sequence as new tokens.
   std::vector<float> out(len * d.num_heads * d.v_dim);
@@ -217,10 +226,10 @@ TEST_P(AttentionPaged, ContiguousAndPagedMatchNaiveAndEachOther) {
   for (size_t i = 0; i < out.size(); ++i) ASSERT_NEAR(out[i], want[i], 1e-5) << i;
 
   // Paged: the last n tokens are new, K/V of all positions in shuffled pages.
-  std::vector<int32_t> table = {4, 0, 3, 1, 2};
-  if (ps == 5) table = {6, 0, 3, 7, 1, 5, 2, 4};
-  const int64_t pages = static_cast<int64_t>(table.size());
-  ASSERT_GE(pages * ps, len);
+  const int64_t pages = (len + ps - 1) / ps;
+  std::vector<int32_t> table(static_cast<size_t>(pages));
+  std::iota(table.begin(), table.end(), 0);
+  std::shuffle(table.begin(), table.end(), std::mt19937(7));
   std::vector<float> kp(pages * ps * d.num_kv_heads * d.qk_dim, NAN), vp(pages * ps * d.num_kv_heads * d.v_dim, NAN);
   for (int64_t t = 0; t < len; ++t) {  // head-major pages: [page][kv head][slot][dim]
     for (int64_t h = 0; h < d.num_kv_heads; ++h) {
@@ -230,8 +239,8 @@ TEST_P(AttentionPaged, ContiguousAndPagedMatchNaiveAndEachOther) {
     }
   }
   // Two sequences in one batch: a 1-token dummy first so rows are offset. The new tokens
-  // start at position 29, so they are blocked (4 tokens per work item) differently from the
-  // contiguous run above (blocks start at 0, 4, ..., 28): outputs must not change.
+  // start at an odd position, so they are blocked (4 tokens per work item) differently from
+  // the contiguous run above (blocks start at 0, 4, 8, ...): outputs must not change.
   std::vector<float> q2((1 + n) * d.num_heads * d.qk_dim);
   std::memcpy(q2.data() + d.num_heads * d.qk_dim, q.data() + ctx * d.num_heads * d.qk_dim,
               n * d.num_heads * d.qk_dim * sizeof(float));
@@ -270,11 +279,15 @@ INSTANTIATE_TEST_SUITE_P(PageSizesAndHeads, AttentionPaged,
                                            PagedCase{5, {6, 2, 24, 20, 0.2f}},
                                            PagedCase{5, {8, 2, 32, 80, 0.2f}},     // GQA 4, v 80
                                            PagedCase{8, {4, 2, 16, 100, 0.25f}},   // GQA 2, v 100
-                                           PagedCase{5, {3, 3, 40, 16, 0.15f}}),  // MHA
+                                           PagedCase{5, {3, 3, 40, 16, 0.15f}},   // MHA
+                                           PagedCase{16, {12, 4, 64, 64, 0.125f}, 150, 61},
+                                           PagedCase{5, {12, 4, 64, 64, 0.125f}, 150, 61, 4.0f},
+                                           PagedCase{8, {4, 2, 16, 100, 0.25f}, 150, 93, 4.0f}),
                          [](const ::testing::TestParamInfo<PagedCase>& info) {
                            const PagedCase& c = info.param;
                            return "page" + std::to_string(c.page_size) + "_heads" + std::to_string(c.dims.num_heads) +
-                                  "x" + std::to_string(c.dims.num_kv_heads) + "_v" + std::to_string(c.dims.v_dim);
+                                  "x" + std::to_string(c.dims.num_kv_heads) + "_v" + std::to_string(c.dims.v_dim) +
+                                  "_len" + std::to_string(c.len) + (c.ramp > 0 ? "_ramp" : "");
                          });
 
 }  // namespace

@@ -3,9 +3,12 @@
 // without gathering them into a contiguous copy.
 //
 // Batch invariance: the output of (token, head) is computed by the same operations in the
-// same order whatever the other sequences, the chunking of the prefill or the K/V source:
-// scores for key positions 0..L-1 in increasing order, softmax with a fixed-order sum, then
-// the weighted sum of V rows in increasing position order.
+// same order whatever the other sequences, the chunking of the prefill, the page size or the
+// K/V source. Key positions go in chunks of 64 fixed by position (0-63, 64-127, ...); per
+// chunk, in increasing position order: the scores, the running max and the exponentials
+// with a fixed-order sum (the V accumulators and the sum rescaled when the max grew, an
+// online softmax), then the exponential-weighted sum of V rows; the output is that sum
+// divided by the total once the last chunk is done.
 #pragma once
 
 #include <cstdint>
