@@ -212,18 +212,20 @@ inline void for_each_kv_run(const KvSource& kv, const AttentionSeq& s, int64_t k
   }
 }
 
-// Requests the K and V rows of positions [c0, c1) into L2. The hardware prefetchers stop at
-// each page's end (pages are scattered), so the next page's K and V are requested while the
-// scores of this one are computed, and the first page when a work item starts (batch-32
-// decode attention over bf16 K/V 13.5 -> 10.1 ms in a microbenchmark; a whole chunk ahead at
-// once, two pages ahead, or the next work item's first page measured slower or no better).
+// Requests the K rows (k) and/or V rows (v) of positions [c0, c1) into L2. The hardware
+// prefetchers stop at each page's end (pages are scattered), so the score loop requests the
+// K rows two pages ahead and the V rows of the page it is on (read after the chunk's
+// softmax). Measured on batch-32 decode attention over bf16 K/V (a microbenchmark):
+// K and V one page ahead took 10.1 or 12.7 ms depending only on where the linker placed the
+// code (the hardware prefetchers then covered the gap or not); this split takes 9.7-10.0 ms
+// in every build tried; prefetcht0, whole chunks at once, or only the next page did worse.
 template <typename E>
-inline void prefetch_positions(const KvSource& kv, const AttentionSeq& s, int64_t kv_head, const AttentionDims& d,
-                               int64_t c0, int64_t c1) {
-  if (kv.page_size == 0) return;  // rows of the batch's own tokens: sequential, prefetched by hardware
+inline void prefetch_rows(const KvSource& kv, const AttentionSeq& s, int64_t kv_head, const AttentionDims& d,
+                          int64_t c0, int64_t c1, bool k, bool v) {
+  if (kv.page_size == 0 || c0 >= c1) return;  // the batch's own rows: sequential, prefetched by hardware
   for_each_kv_run<E>(kv, s, kv_head, d, c0, c1, [&](int64_t, int64_t n, const E* kr, const E* vr, int64_t, int64_t) {
-    prefetch_l2(kr, n * d.qk_dim * static_cast<int64_t>(sizeof(E)));
-    prefetch_l2(vr, n * d.v_dim * static_cast<int64_t>(sizeof(E)));
+    if (k) prefetch_l2(kr, n * d.qk_dim * static_cast<int64_t>(sizeof(E)));
+    if (v) prefetch_l2(vr, n * d.v_dim * static_cast<int64_t>(sizeof(E)));
   });
 }
 
@@ -254,8 +256,7 @@ inline void online_softmax(float* s, int64_t n, float& max, float& sum, float* a
 // One work item: tokens [t0, t0 + nt) of sequence s against kv head kvh, all query heads of
 // the group. Key positions go in chunks of kChunk fixed by position (never by page or batch):
 // scores, the online softmax and the weighted V rows of one chunk, so K, V and the scores of
-// a chunk are still in L1/L2 when reused, and each page's successor is prefetched while its
-// scores are computed. E: the K/V element (float, or uint16_t for bf16).
+// a chunk are still in L1/L2 when reused. E: the K/V element (float, or uint16_t for bf16).
 template <typename E>
 void attend_block(const float* q, const KvSource& kv, const AttentionSeq& s, int64_t t0, int64_t nt, int64_t kvh,
                   const AttentionDims& d, float* out, float* lse, const ItemScratch& w) {
@@ -278,11 +279,12 @@ void attend_block(const float* q, const KvSource& kv, const AttentionSeq& s, int
   std::fill(w.acc, w.acc + rows * w.acc_stride, 0.0f);
   std::fill(w.max, w.max + rows, -INFINITY);
   std::fill(w.sum, w.sum + rows, 0.0f);
-  prefetch_positions<E>(kv, s, kvh, d, 0, std::min<int64_t>(kv.page_size, len_max));  // the first page
+  prefetch_rows<E>(kv, s, kvh, d, 0, std::min<int64_t>(2 * kv.page_size, len_max), true, false);  // K of pages 0, 1
   for (int64_t c0 = 0; c0 < len_max; c0 += kChunk) {
     const int64_t c1 = std::min(c0 + kChunk, len_max);
     for_each_kv_run<E>(kv, s, kvh, d, c0, c1, [&](int64_t p0, int64_t n, const E* kr, const E*, int64_t ks, int64_t) {
-      if (p0 + n < len_max) prefetch_positions<E>(kv, s, kvh, d, p0 + n, std::min(p0 + 2 * n, len_max));
+      prefetch_rows<E>(kv, s, kvh, d, p0 + 2 * n, std::min(p0 + 3 * n, len_max), true, false);
+      prefetch_rows<E>(kv, s, kvh, d, p0, p0 + n, false, true);
       qk_scores(qb, kr, ks, p0 - c0, n, d.scale, w.scores, kChunk);
     });
     for (int64_t r = 0; r < rows; ++r) {
