@@ -214,11 +214,12 @@ inline void for_each_kv_run(const KvSource& kv, const AttentionSeq& s, int64_t k
 
 // Requests the K rows (k) and/or V rows (v) of positions [c0, c1) into L2. The hardware
 // prefetchers stop at each page's end (pages are scattered), so the score loop requests the
-// K rows two pages ahead and the V rows of the page it is on (read after the chunk's
-// softmax). Measured on batch-32 decode attention over bf16 K/V (a microbenchmark):
-// K and V one page ahead took 10.1 or 12.7 ms depending only on where the linker placed the
-// code (the hardware prefetchers then covered the gap or not); this split takes 9.7-10.0 ms
-// in every build tried; prefetcht0, whole chunks at once, or only the next page did worse.
+// K rows two pages ahead before a page's scores and the page's V rows after them (read after
+// the chunk's softmax). Measured on batch-32 decode attention over shuffled pages (a
+// microbenchmark): K and V one page ahead at once took 10.1 or 12.7 ms over bf16 K/V
+// depending only on where the linker placed the code (the hardware prefetchers covered the
+// gap or not); this takes 9.1-9.5 ms (bf16) and 20.7-22.0 ms (f32, was 23.4) in every build
+// tried. prefetcht0, whole chunks at once, or both requests in one burst did worse.
 template <typename E>
 inline void prefetch_rows(const KvSource& kv, const AttentionSeq& s, int64_t kv_head, const AttentionDims& d,
                           int64_t c0, int64_t c1, bool k, bool v) {
@@ -284,8 +285,8 @@ void attend_block(const float* q, const KvSource& kv, const AttentionSeq& s, int
     const int64_t c1 = std::min(c0 + kChunk, len_max);
     for_each_kv_run<E>(kv, s, kvh, d, c0, c1, [&](int64_t p0, int64_t n, const E* kr, const E*, int64_t ks, int64_t) {
       prefetch_rows<E>(kv, s, kvh, d, p0 + 2 * n, std::min(p0 + 3 * n, len_max), true, false);
-      prefetch_rows<E>(kv, s, kvh, d, p0, p0 + n, false, true);
       qk_scores(qb, kr, ks, p0 - c0, n, d.scale, w.scores, kChunk);
+      prefetch_rows<E>(kv, s, kvh, d, p0, p0 + n, false, true);
     });
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t n = std::min(c1, len0 + r / groups) - c0;  // a prefill block's first rows may end before c0
