@@ -15,6 +15,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <numeric>
+#include <random>
 #include <string>
 #include <utility>
 #include <vector>
@@ -226,10 +228,14 @@ int main(int argc, char** argv) {
         kv.k_pages.push_back(kpool.back().data());
         kv.v_pages.push_back(vpool.back().data());
       }
+      // Pages in shuffled order, as the engine's pool hands them out once requests have come
+      // and gone (in order, the hardware prefetchers would follow a sequence across pages).
+      std::vector<int32_t> order(static_cast<size_t>(b * pages_per_seq));
+      std::iota(order.begin(), order.end(), 0);
+      std::shuffle(order.begin(), order.end(), std::mt19937(42));
       model::Batch batch;
       for (int64_t s = 0; s < b; ++s) {
-        std::vector<int32_t> table;
-        for (int64_t p = 0; p < pages_per_seq; ++p) table.push_back(static_cast<int32_t>(s * pages_per_seq + p));
+        const std::vector<int32_t> table(order.begin() + s * pages_per_seq, order.begin() + (s + 1) * pages_per_seq);
         batch.add_sequence({static_cast<int32_t>(100 + s)}, static_cast<int32_t>(ctx), table);
       }
       std::vector<float> logits(static_cast<size_t>(b * config.vocab_size));
