@@ -12,8 +12,19 @@ export const ASSETS = process.env.ASTRAI_ASSETS || path.resolve(import.meta.dirn
 export const PYTHON = process.env.ASTRAI_PYTHON || "/usr/bin/python3";
 export const requireJs = createRequire(path.join(ASSETS, "js/package.json"));
 
+// A fresh directory under the system temp dir, removed when the test process exits.
+const tempDirs = [];
+process.on("exit", () => {
+  for (const d of tempDirs) fs.rmSync(d, { recursive: true, force: true });
+});
+export function tempDir(prefix) {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), prefix));
+  tempDirs.push(dir);
+  return dir;
+}
+
 export function makeModel() {
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), "astrai-serve-"));
+  const dir = tempDir("astrai-serve-");
   execFileSync(PYTHON, [path.join(import.meta.dirname, "make_model.py"), path.join(dir, "tiny")], {
     env: { ...process.env, ASTRAI_ASSETS: ASSETS },
   });
@@ -59,7 +70,7 @@ export async function startServer(modelDir, extra = []) {
 // Prompt tokens the way an independent path counts them: render with `astrai chat-template`,
 // encode with `astrai tokenize` (no extra special tokens: the template holds them).
 export function countChatTokens(modelDir, messages, tools) {
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), "astrai-count-"));
+  const dir = tempDir("astrai-count-");
   fs.writeFileSync(path.join(dir, "m.json"), JSON.stringify(messages));
   const args = ["chat-template", "--tokenizer", modelDir, "--messages", path.join(dir, "m.json"), "--add-generation-prompt"];
   if (tools) {

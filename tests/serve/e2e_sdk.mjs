@@ -4,10 +4,9 @@
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
 import fs from "node:fs";
-import os from "node:os";
 import path from "node:path";
 
-import { countChatTokens, countTextTokens, makeModel, requireJs, run, startServer, stats, waitFor } from "./e2e_common.mjs";
+import { countChatTokens, countTextTokens, makeModel, requireJs, run, startServer, stats, tempDir, waitFor } from "./e2e_common.mjs";
 
 const OpenAI = requireJs("openai").default;
 const Anthropic = requireJs("@anthropic-ai/sdk").default;
@@ -129,7 +128,7 @@ const tests = [
 
   ["completions: echo + logprobs scores the prompt (max_tokens 0), token ids prompt", async () => {
     const text = "The quick brown fox jumps over the lazy dog.";
-    const file = path.join(fs.mkdtempSync(path.join(os.tmpdir(), "astrai-p-")), "p.txt");
+    const file = path.join(tempDir("astrai-p-"), "p.txt");
     fs.writeFileSync(file, text);
     const n = countTextTokens(model, file);
     const r = await openai.completions.create({ model: "tiny", prompt: text, max_tokens: 0, echo: true, logprobs: 1 });

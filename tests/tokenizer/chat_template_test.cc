@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <unistd.h>
+#include <vector>
 
 #include "base/error.h"
 
@@ -16,9 +17,20 @@ namespace {
 
 using OJson = nlohmann::ordered_json;
 
+// The directories write_config made, removed when the test binary exits.
+struct TempDirs {
+  std::vector<std::filesystem::path> dirs;
+  ~TempDirs() {
+    std::error_code ec;
+    for (const auto& d : dirs) std::filesystem::remove_all(d, ec);
+  }
+};
+TempDirs g_temp_dirs;
+
 std::string write_config(const std::string& name, const OJson& cfg) {
   auto dir = std::filesystem::temp_directory_path() / ("astrai_ct_" + name + "_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
+  g_temp_dirs.dirs.push_back(dir);
   std::ofstream(dir / "tokenizer_config.json") << cfg.dump(1);
   return dir.string();
 }
