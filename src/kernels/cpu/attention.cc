@@ -213,13 +213,15 @@ inline void for_each_kv_run(const KvSource& kv, const AttentionSeq& s, int64_t k
 }
 
 // Requests the K rows (k) and/or V rows (v) of positions [c0, c1) into L2. The hardware
-// prefetchers stop at each page's end (pages are scattered), so the score loop requests the
-// K rows two pages ahead before a page's scores and the page's V rows after them (read after
-// the chunk's softmax). Measured on batch-32 decode attention over shuffled pages (a
-// microbenchmark): K and V one page ahead at once took 10.1 or 12.7 ms over bf16 K/V
-// depending only on where the linker placed the code (the hardware prefetchers covered the
-// gap or not); this takes 9.1-9.5 ms (bf16) and 20.7-22.0 ms (f32, was 23.4) in every build
-// tried. prefetcht0, whole chunks at once, or both requests in one burst did worse.
+// prefetchers stop at each page's end (pages are scattered), so the score loop requests the K
+// rows two pages ahead and the V rows of the page it is on (read after the chunk's softmax),
+// in two halves, one before each half of the page's scores. Measured on batch-32 decode
+// attention over shuffled pages (a microbenchmark), f32 / bf16 K/V:
+//   K and V one page ahead, one burst:   23.4 / 10.1-12.7 ms (bf16: depending only on where
+//                                        the linker placed the code)
+//   K two ahead, V after the scores:     21.0 / 9.1-9.5 ms
+//   the same in halves (this):           16.5-17.3 / 8.8-9.2 ms in every build tried
+// prefetcht0, whole chunks at once (a chunk ahead), or K three pages ahead did worse.
 template <typename E>
 inline void prefetch_rows(const KvSource& kv, const AttentionSeq& s, int64_t kv_head, const AttentionDims& d,
                           int64_t c0, int64_t c1, bool k, bool v) {
@@ -284,9 +286,15 @@ void attend_block(const float* q, const KvSource& kv, const AttentionSeq& s, int
   for (int64_t c0 = 0; c0 < len_max; c0 += kChunk) {
     const int64_t c1 = std::min(c0 + kChunk, len_max);
     for_each_kv_run<E>(kv, s, kvh, d, c0, c1, [&](int64_t p0, int64_t n, const E* kr, const E*, int64_t ks, int64_t) {
-      prefetch_rows<E>(kv, s, kvh, d, p0 + 2 * n, std::min(p0 + 3 * n, len_max), true, false);
-      qk_scores(qb, kr, ks, p0 - c0, n, d.scale, w.scores, kChunk);
-      prefetch_rows<E>(kv, s, kvh, d, p0, p0 + n, false, true);
+      // In two halves, each after requesting its half of the K rows two pages ahead and of
+      // this page's V rows.
+      const int64_t h = n / 2;
+      prefetch_rows<E>(kv, s, kvh, d, p0 + 2 * n, std::min(p0 + 2 * n + h, len_max), true, false);
+      prefetch_rows<E>(kv, s, kvh, d, p0, p0 + h, false, true);
+      qk_scores(qb, kr, ks, p0 - c0, h, d.scale, w.scores, kChunk);
+      prefetch_rows<E>(kv, s, kvh, d, std::min(p0 + 2 * n + h, len_max), std::min(p0 + 3 * n, len_max), true, false);
+      prefetch_rows<E>(kv, s, kvh, d, p0 + h, p0 + n, false, true);
+      qk_scores(qb, kr + h * ks, ks, p0 + h - c0, n - h, d.scale, w.scores, kChunk);
     });
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t n = std::min(c1, len0 + r / groups) - c0;  // a prefill block's first rows may end before c0
