@@ -85,6 +85,39 @@ inline __m512 load_w_full(const void* base, int64_t k) {
 struct RowMajor {};
 struct Packed {};
 
+// The K tail of a tile (fewer than 16 of K left at k): acc[r][c] += x[r, k..kc) . W row c,
+// where wtail(c, mask) gives W row c's tail vector (lanes past kc zero).
+template <int MR, typename WTail>
+[[gnu::always_inline]] inline void tile_tail(const float* x, int64_t ldx, int64_t k, int64_t kc, WTail&& wtail,
+                                             __m512 (&acc)[MR][kNr]) {
+  const __mmask16 mask = static_cast<__mmask16>((1u << (kc - k)) - 1);
+  __m512 xv[MR];
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; ++r) xv[r] = _mm512_maskz_loadu_ps(mask, x + r * ldx + k);
+#pragma GCC unroll 8
+  for (int c = 0; c < kNr; ++c) {
+    const __m512 wv = wtail(c, mask);
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; ++r) acc[r][c] = _mm512_fmadd_ps(xv[r], wv, acc[r][c]);
+  }
+}
+
+// y[r, c] for r < MR, c < nr: each accumulator reduced by the reduce8 tree, added to y unless
+// first, then bias (may be null) added.
+template <int MR>
+[[gnu::always_inline]] inline void tile_store(const __m512 (&acc)[MR][kNr], int nr, float* y, int64_t ldy, bool first,
+                                              const float* bias) {
+  const __mmask8 out = static_cast<__mmask8>((1u << nr) - 1);
+  const __m256 b = bias ? _mm256_maskz_loadu_ps(out, bias) : _mm256_setzero_ps();
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; ++r) {
+    __m256 s = reduce8(acc[r][0], acc[r][1], acc[r][2], acc[r][3], acc[r][4], acc[r][5], acc[r][6], acc[r][7]);
+    if (!first) s = _mm256_add_ps(_mm256_maskz_loadu_ps(out, y + r * ldy), s);
+    if (bias) s = _mm256_add_ps(s, b);
+    _mm256_mask_storeu_ps(y + r * ldy, out, s);
+  }
+}
+
 // Adds the block's contribution to y[r, c] for r < MR, c < nr (see the order above):
 // y = p (first block) or y + p, then + bias on the last block (bias may be null).
 template <int MR, DType T, typename Layout>
@@ -133,31 +166,12 @@ void tile(const float* x, int64_t ldx, const void* w, int64_t ld, int64_t kc, in
     }
   }
   if (k < kc) {
-    const __mmask16 mask = static_cast<__mmask16>((1u << (kc - k)) - 1);
-    __m512 xv[MR];
-#pragma GCC unroll 8
-    for (int r = 0; r < MR; ++r) xv[r] = _mm512_maskz_loadu_ps(mask, x + r * ldx + k);
-#pragma GCC unroll 8
-    for (int c = 0; c < kNr; ++c) {
-      __m512 wv;
-      if constexpr (std::is_same_v<Layout, RowMajor>) {
-        wv = load_w<T>(wrow[c], k, mask);
-      } else {
-        wv = _mm512_loadu_ps(wp + (k / 16 * kNr + c) * 16);
-      }
-#pragma GCC unroll 8
-      for (int r = 0; r < MR; ++r) acc[r][c] = _mm512_fmadd_ps(xv[r], wv, acc[r][c]);
-    }
+    tile_tail<MR>(x, ldx, k, kc, [&](int c, __mmask16 mask) {
+      if constexpr (std::is_same_v<Layout, RowMajor>) return load_w<T>(wrow[c], k, mask);
+      else return _mm512_loadu_ps(wp + (k / 16 * kNr + c) * 16);
+    }, acc);
   }
-  const __mmask8 out = static_cast<__mmask8>((1u << nr) - 1);
-  const __m256 b = bias ? _mm256_maskz_loadu_ps(out, bias) : _mm256_setzero_ps();
-#pragma GCC unroll 8
-  for (int r = 0; r < MR; ++r) {
-    __m256 s = reduce8(acc[r][0], acc[r][1], acc[r][2], acc[r][3], acc[r][4], acc[r][5], acc[r][6], acc[r][7]);
-    if (!first) s = _mm256_add_ps(_mm256_maskz_loadu_ps(out, y + r * ldy), s);
-    if (bias) s = _mm256_add_ps(s, b);
-    _mm256_mask_storeu_ps(y + r * ldy, out, s);
-  }
+  tile_store<MR>(acc, nr, y, ldy, first, bias);
 }
 
 // tile() for a full group of 8 W rows read in place (the same operations per output). The
@@ -207,25 +221,10 @@ void tile_rm8(const float* x, int64_t ldx, const void* w, int64_t ld, int64_t kc
   }
   const int64_t k = steps * 16;
   if (k < kc) {
-    const __mmask16 mask = static_cast<__mmask16>((1u << (kc - k)) - 1);
-    __m512 xv[MR];
-#pragma GCC unroll 8
-    for (int r = 0; r < MR; ++r) xv[r] = _mm512_maskz_loadu_ps(mask, x + r * ldx + k);
-#pragma GCC unroll 8
-    for (int c = 0; c < kNr; ++c) {
-      const __m512 wv = load_w<T>(static_cast<const uint8_t*>(w) + c * s, k, mask);
-#pragma GCC unroll 8
-      for (int r = 0; r < MR; ++r) acc[r][c] = _mm512_fmadd_ps(xv[r], wv, acc[r][c]);
-    }
+    tile_tail<MR>(x, ldx, k, kc, [&](int c, __mmask16 mask) { return load_w<T>(static_cast<const uint8_t*>(w) + c * s, k, mask); },
+                  acc);
   }
-  const __m256 b = bias ? _mm256_loadu_ps(bias) : _mm256_setzero_ps();
-#pragma GCC unroll 8
-  for (int r = 0; r < MR; ++r) {
-    __m256 sum = reduce8(acc[r][0], acc[r][1], acc[r][2], acc[r][3], acc[r][4], acc[r][5], acc[r][6], acc[r][7]);
-    if (!first) sum = _mm256_add_ps(_mm256_loadu_ps(y + r * ldy), sum);
-    if (bias) sum = _mm256_add_ps(sum, b);
-    _mm256_storeu_ps(y + r * ldy, sum);
-  }
+  tile_store<MR>(acc, kNr, y, ldy, first, bias);
 }
 
 template <DType T, typename Layout>
