@@ -149,6 +149,12 @@ inline CopyBandwidth copy_bandwidth(size_t bytes = size_t{1} << 30) {
 
 // The first three fields of /proc/loadavg: the machine is shared, so every table says how
 // busy it was while measured.
+// For a bad command line: says what was not understood, prints the usage, returns exit code 2.
+inline int usage_error(const char* usage, const std::string& what) {
+  std::fprintf(stderr, "unknown or incomplete option: %s\n%s", what.c_str(), usage);
+  return 2;
+}
+
 inline std::string load_average() {
   std::ifstream f("/proc/loadavg");
   std::string a, b, c;

@@ -5,10 +5,7 @@
 //            our linear kernel's rate measured in this run on the forward's own GEMM shapes;
 //   decode:  single-token steps for batch 1 and 8 (128 tokens of context in a paged KV
 //            cache), weight bytes read per second next to a copy probe run in this process.
-// Usage: forward_bench [--quick] [--dtype f32|bf16|both] [--threads N] [--cpu-time]
-//                      [--decode-only] [--ctx N] [--decode-batches 1,8,32] [--kv-heads N] [--profile]
-//   --profile prints where each forward's time goes (model/forward_profile.h)
-//        (--cpu-time: see bench_probes.h, for a busy machine; run it with OMP_WAIT_POLICY=passive)
+// Usage: see kUsage below (forward_bench --help).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -109,6 +106,23 @@ double attention_flops(const model::ModelConfig& c, int64_t batch, int64_t len, 
 
 }  // namespace
 
+constexpr const char* kUsage =
+    "usage: forward_bench [--quick] [--dtype f32|bf16|both] [--threads N] [--cpu-time]\n"
+    "                     [--decode-only] [--ctx N] [--decode-batches 1,8,32] [--kv-heads N]\n"
+    "                     [--page-size P] [--kv-dtype f32|bf16] [--profile]\n"
+    "  --quick           shorter timing runs\n"
+    "  --dtype           weight dtype(s) of the random model (default both)\n"
+    "  --threads N       OpenMP threads (default 2)\n"
+    "  --cpu-time        time by process CPU time / threads, for a busy machine (run with\n"
+    "                    OMP_WAIT_POLICY=passive; see bench/bench_probes.h)\n"
+    "  --decode-only     skip the prefill grid\n"
+    "  --ctx N           decode: cached tokens per sequence (default 128)\n"
+    "  --decode-batches  decode: comma-separated batch sizes (default 1,8)\n"
+    "  --kv-heads N      KV heads of the model (default 12: MHA)\n"
+    "  --page-size P     decode: KV page size (default 16)\n"
+    "  --kv-dtype        decode: KV cache elements (default f32)\n"
+    "  --profile         print where each forward's time goes (model/forward_profile.h)\n";
+
 int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // rows appear as they are measured
   bool quick = false;
@@ -121,24 +135,43 @@ int main(int argc, char** argv) {
   DType kv_dtype = DType::kF32;  // decode: KV cache elements (--kv-dtype bf16)
   std::vector<int64_t> decode_batches = {1, 8};
   for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--quick") == 0) quick = true;
-    if (std::strcmp(argv[i], "--dtype") == 0 && i + 1 < argc) dtypes = argv[++i];
-    if (std::strcmp(argv[i], "--threads") == 0 && i + 1 < argc) threads = std::atoi(argv[++i]);
-    if (std::strcmp(argv[i], "--cpu-time") == 0) bench::clock_mode() = bench::Clock::kCpu;
-    if (std::strcmp(argv[i], "--decode-only") == 0) decode_only = true;
-    if (std::strcmp(argv[i], "--profile") == 0) profile = true;
-    if (std::strcmp(argv[i], "--ctx") == 0 && i + 1 < argc) ctx = std::atoll(argv[++i]);
-    if (std::strcmp(argv[i], "--kv-heads") == 0 && i + 1 < argc) kv_heads = std::atoll(argv[++i]);
-    if (std::strcmp(argv[i], "--page-size") == 0 && i + 1 < argc) page_size = std::atoi(argv[++i]);
-    if (std::strcmp(argv[i], "--kv-dtype") == 0 && i + 1 < argc)
-      kv_dtype = std::strcmp(argv[++i], "bf16") == 0 ? DType::kBF16 : DType::kF32;
-    if (std::strcmp(argv[i], "--decode-batches") == 0 && i + 1 < argc) {
+    const std::string a = argv[i];
+    const bool has_value = i + 1 < argc;
+    if (a == "--help" || a == "-h") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    } else if (a == "--quick") {
+      quick = true;
+    } else if (a == "--dtype" && has_value) {
+      dtypes = argv[++i];
+      if (dtypes != "f32" && dtypes != "bf16" && dtypes != "both") return bench::usage_error(kUsage, "--dtype " + dtypes);
+    } else if (a == "--threads" && has_value) {
+      threads = std::atoi(argv[++i]);
+    } else if (a == "--cpu-time") {
+      bench::clock_mode() = bench::Clock::kCpu;
+    } else if (a == "--decode-only") {
+      decode_only = true;
+    } else if (a == "--profile") {
+      profile = true;
+    } else if (a == "--ctx" && has_value) {
+      ctx = std::atoll(argv[++i]);
+    } else if (a == "--kv-heads" && has_value) {
+      kv_heads = std::atoll(argv[++i]);
+    } else if (a == "--page-size" && has_value) {
+      page_size = std::atoi(argv[++i]);
+    } else if (a == "--kv-dtype" && has_value) {
+      const std::string v = argv[++i];
+      if (v != "f32" && v != "bf16") return bench::usage_error(kUsage, "--kv-dtype " + v);
+      kv_dtype = v == "bf16" ? DType::kBF16 : DType::kF32;
+    } else if (a == "--decode-batches" && has_value) {
       decode_batches.clear();
       for (const char* p = argv[++i]; *p;) {
         char* end = nullptr;
         decode_batches.push_back(std::strtoll(p, &end, 10));
         p = *end == ',' ? end + 1 : end;
       }
+    } else {
+      return bench::usage_error(kUsage, a);
     }
   }
   set_num_threads(threads);

@@ -3,8 +3,7 @@
 //   2. OpenBLAS SGEMM vs kernels::linear (f32 and bf16 weights) on transformer shapes,
 //      1 and 2 threads, GFLOP/s;
 //   3. decode-shaped GEMV (M = 1 and 8): weight bytes read per second vs the copy probe.
-// Usage: gemm_bench [--quick] [--cpu-time]   (--cpu-time: see bench_probes.h, for a busy machine;
-//        run it with OMP_WAIT_POLICY=passive)
+// Usage: see kUsage below (gemm_bench --help).
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -40,14 +39,31 @@ double linear_seconds(int64_t m, int64_t n, int64_t k, DType dtype, double min_s
 
 }  // namespace
 
+constexpr const char* kUsage =
+    "usage: gemm_bench [--quick] [--m M] [--cpu-time]\n"
+    "  --quick     shorter timing runs\n"
+    "  --m M       the GEMM table at M rows (decode batches) on the 100M model's shapes\n"
+    "  --cpu-time  time by process CPU time / threads, for a busy machine (run with\n"
+    "              OMP_WAIT_POLICY=passive; see bench/bench_probes.h)\n";
+
 int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // rows appear as they are measured
   bool quick = false;
   int64_t batch_m = 0;  // --m M: the GEMM table at M rows (decode batches) on the 100M model's shapes
   for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--quick") == 0) quick = true;
-    if (std::strcmp(argv[i], "--m") == 0 && i + 1 < argc) batch_m = std::atoll(argv[++i]);
-    if (std::strcmp(argv[i], "--cpu-time") == 0) bench::clock_mode() = bench::Clock::kCpu;
+    const std::string a = argv[i];
+    if (a == "--help" || a == "-h") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    } else if (a == "--quick") {
+      quick = true;
+    } else if (a == "--m" && i + 1 < argc) {
+      batch_m = std::atoll(argv[++i]);
+    } else if (a == "--cpu-time") {
+      bench::clock_mode() = bench::Clock::kCpu;
+    } else {
+      return bench::usage_error(kUsage, a);
+    }
   }
   const double t_min = quick ? 0.1 : 0.3;
 
