@@ -145,6 +145,7 @@ struct RunStats {
   double step_seconds = 0;     // mean decode step
   double overhead_share = 0;   // scheduling + sampling / step (whole run)
   double attention_share = 0;  // attention / forward time over the decode phase (in-step profile)
+  model::ForwardProfile decode_profile;  // per-operation forward time over the decode phase
   double forward_ms = 0;        // mean forward pass of a decode-phase engine step
   double mean_ttft = 0, total_seconds = 0;
   uint64_t cache_hits = 0;
@@ -218,7 +219,11 @@ RunStats run_batch(const std::shared_ptr<const model::Transformer>& m, int batch
     s.step_seconds = (t_close - t_open) / steps;
     s.decode_tps = batch / s.step_seconds;
     s.forward_ms = 1e3 * forward / steps;
-    if (forward > 0) s.attention_share = (at_close.attention_seconds - at_open.attention_seconds) / forward;
+    const model::ForwardProfile &a = at_open.forward_profile, &z = at_close.forward_profile;
+    s.decode_profile.forwards = z.forwards - a.forwards;
+    for (size_t i = 0; i < z.seconds.size(); ++i) s.decode_profile.seconds[i] = z.seconds[i] - a.seconds[i];
+    const double attention = s.decode_profile.seconds[static_cast<size_t>(model::ForwardOp::kAttention)];
+    if (forward > 0) s.attention_share = attention / forward;
   }
   return s;
 }
@@ -229,6 +234,7 @@ struct DecodeFlags {
   std::vector<int> batches = {1, 8, 32};
   std::string kv_dtype = "auto";
   bool json = false;
+  bool profile = false;
 };
 
 void run_decode(const DecodeFlags& f) {
@@ -259,6 +265,7 @@ void run_decode(const DecodeFlags& f) {
         100 * s.attention_share, 100 * s.overhead_share,
         (b != 1 && tps1 > 0) ? str_cat("  (", static_cast<int>(s.decode_tps / tps1 * 10) / 10.0, "x batch 1)").c_str()
                              : "");
+    if (f.profile) std::printf("%s", s.decode_profile.table().c_str());
     report["batches"].push_back({{"batch", b},
                                  {"tokens_per_s", s.decode_tps},
                                  {"step_ms", s.step_seconds * 1e3},
@@ -300,6 +307,7 @@ void setup_bench(CLI::App& app) {
   dec->add_option("--batches", d->batches, "Batch sizes");
   add_kv_dtype_option(dec, &d->kv_dtype);
   dec->add_flag("--json", d->json, "Also print a JSON report");
+  dec->add_flag("--profile", d->profile, "Print where each decode step's forward time goes, per operation");
   dec->callback([d] { run_decode(*d); });
   auto p = std::make_shared<PrefixFlags>();
   auto* pre = bench->add_subcommand("prefix", "Shared-prefix workload, prefix cache on vs off");

@@ -10,6 +10,7 @@
 
 #include "infer/engine.h"
 #include "model/batch.h"
+#include "model/forward_profile.h"
 
 namespace astrai::infer {
 
@@ -32,8 +33,9 @@ class ForwardBackend {
   virtual ~ForwardBackend() = default;
   virtual const ModelInfo& info() const = 0;
   virtual void forward(const model::Batch& batch, const model::PagedKv& kv, float* logits) = 0;
-  // Seconds spent in the attention kernel since construction (0 if the model does not measure it).
-  virtual double attention_seconds() const { return 0.0; }
+  // Seconds per forward operation since construction (all zero if the model does not measure
+  // them).
+  virtual model::ForwardProfile profile() const { return {}; }
 };
 
 // Incremental detokenizer of one choice: raw bytes each token adds (may end inside a UTF-8

@@ -473,7 +473,7 @@ void Engine::Impl::step() {
   stats_.schedule_seconds += t_schedule;
   stats_.forward_seconds += t_forward - t_schedule;
   stats_.sample_seconds += t_total - t_forward;
-  stats_.attention_seconds = backend_->attention_seconds();  // same moment as forward_seconds
+  stats_.forward_profile = backend_->profile();  // same moment as forward_seconds
 }
 
 void Engine::Impl::publish_stats() {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "base/json.h"
+#include "model/forward_profile.h"
 #include "tensor/dtype.h"
 
 namespace astrai::model {
@@ -144,12 +145,13 @@ struct EngineStats {
   uint64_t steps = 0;
   uint64_t preemptions = 0;
   // Where the engine thread's time went (seconds since start): building the step (scheduling,
-  // packing), the forward pass (of which attention, if the model measures it), and sampling,
-  // detokenizing and delivering deltas.
+  // packing), the forward pass, and sampling, detokenizing and delivering deltas.
   double schedule_seconds = 0;
   double forward_seconds = 0;
-  double attention_seconds = 0;
   double sample_seconds = 0;
+  // The forward's time per operation (attention, each projection, ...) since start, if the
+  // model measures it (the transformer does: two clock reads per operation).
+  model::ForwardProfile forward_profile;
   uint64_t step_tokens_total = 0;  // tokens computed by all forwards
 };
 

@@ -31,9 +31,7 @@ class TransformerBackend : public ForwardBackend {
   void forward(const model::Batch& batch, const model::PagedKv& kv, float* logits) override {
     model_->forward(batch, &kv, ws_, logits);
   }
-  double attention_seconds() const override {
-    return ws_.profile.seconds[static_cast<size_t>(model::ForwardOp::kAttention)];
-  }
+  model::ForwardProfile profile() const override { return ws_.profile; }
 
  private:
   std::shared_ptr<const model::Transformer> model_;

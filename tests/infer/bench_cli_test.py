@@ -1,0 +1,88 @@
+#!/usr/bin/env python3
+"""End-to-end checks of `astrai bench decode` and `astrai bench prefix` on a tiny random model.
+They check what the reports say, never how fast anything is:
+1. decode: every batch size has a positive rate and step, a forward inside the step, shares in
+   [0, 1], the requested KV dtype; --profile prints one line per operation whose times add up
+   to the forward;
+2. prefix: the cache serves the shared prefix's full pages to requests that start after the
+   first step when on, and nothing when off;
+3. a bad KV dtype is a clear error.
+
+usage: bench_cli_test.py ASTRAI
+"""
+import json
+import re
+import subprocess
+import sys
+
+ASTRAI = sys.argv[1]
+TINY = ["--layers", "1", "--hidden", "96", "--vocab", "512", "--threads", "2"]
+failures = []
+
+
+def check(cond, what):
+    print(("ok   " if cond else "FAIL ") + what)
+    if not cond:
+        failures.append(what)
+
+
+def run(args):
+    return subprocess.run([ASTRAI, *args], capture_output=True, text=True, timeout=300)
+
+
+def decode():
+    r = run(["bench", "decode", *TINY, "--prompt", "40", "--gen", "24", "--batches", "1", "3",
+             "--kv-dtype", "bf16", "--profile", "--json"])
+    check(r.returncode == 0, f"bench decode exits 0 ({r.stderr.strip()[-200:]})")
+    if r.returncode != 0:
+        return
+    report = json.loads(r.stdout.strip().splitlines()[-1])
+    check(report["kv_dtype"] == "BF16", "the report names the KV dtype asked for")
+    check([b["batch"] for b in report["batches"]] == [1, 3], "one entry per batch size")
+    for b in report["batches"]:
+        n = b["batch"]
+        check(b["tokens_per_s"] > 0 and b["step_ms"] > 0, f"batch {n}: positive rate and step")
+        # The forward and the step are averaged over windows one step apart (a snapshot is
+        # taken while a step samples), so on steps of a few microseconds they can cross a little.
+        check(0 < b["forward_ms"] < 2 * b["step_ms"], f"batch {n}: the forward is about within the step")
+        check(0 < b["attention_share"] < 1 and 0 <= b["overhead_share"] < 1, f"batch {n}: shares in [0, 1]")
+    # --profile: a table per batch size, whose rows add up to its total line.
+    tables = re.findall(r"((?:  [a-z+ ]+ +[0-9.]+ ms +[0-9.]+%\n)+)  total +([0-9.]+) ms per forward", r.stdout)
+    check(len(tables) == 2, "--profile prints one table per batch size")
+    for rows, total in tables:
+        ms = [float(m) for m in re.findall(r"([0-9.]+) ms", rows)]
+        names = re.findall(r"  ([a-z+ ]+?) +[0-9.]+ ms", rows)
+        check("attention" in names and "lm head" in names, "the table names attention and the LM head")
+        check(abs(sum(ms) - float(total)) <= 0.01 * float(total) + 0.002, "its rows add up to the total")
+
+
+def prefix():
+    # 1,000 + 8 prompt tokens: the requests that start in the engine's first step (2,048-token
+    # budget: two whole prompts and the start of a third) compute the prefix themselves; each
+    # later one finds its 62 full pages (992 tokens) in the cache.
+    r = run(["bench", "prefix", *TINY, "--requests", "4", "--prefix", "1000", "--suffix", "8", "--gen", "4"])
+    check(r.returncode == 0, f"bench prefix exits 0 ({r.stderr.strip()[-200:]})")
+    hits = {m.group(1): int(m.group(2)) for m in re.finditer(r"prefix cache (on|off) *:.*cache hit tokens (\d+)", r.stdout)}
+    check(set(hits) == {"on", "off"}, "one line with the cache on, one off")
+    on = hits.get("on", 0)
+    check(0 < on <= 3 * 992 and on % 992 == 0, f"cache on: the prefix's full pages served to the later requests ({on})")
+    check(hits.get("off", -1) == 0, "cache off: nothing served")
+
+
+def bad_input():
+    r = run(["bench", "decode", *TINY, "--kv-dtype", "f16"])
+    check(r.returncode != 0 and "kv-dtype" in (r.stderr + r.stdout), "an unsupported --kv-dtype is an error naming the flag")
+
+
+def main():
+    decode()
+    prefix()
+    bad_input()
+    if failures:
+        print(f"{len(failures)} check(s) failed")
+        sys.exit(1)
+    print("all bench CLI checks passed")
+
+
+if __name__ == "__main__":
+    main()
