@@ -213,8 +213,8 @@ void Transformer::rope_tables(const Batch& b, ForwardWorkspace& ws) const {
   }
 }
 
-void Transformer::attention_block(int64_t layer, const Batch& b, const PagedKv* kv, ForwardWorkspace& ws,
-                                  ForwardClock& clock) const {
+const float* Transformer::attention_block(int64_t layer, const Batch& b, const PagedKv* kv, ForwardWorkspace& ws,
+                                         ForwardClock& clock) const {
   const ModelConfig& c = config_;
   const LayerWeights& w = weights_.layers[static_cast<size_t>(layer)];
   const LayerVectors& vec = vectors_[static_cast<size_t>(layer)];
@@ -297,8 +297,7 @@ void Transformer::attention_block(int64_t layer, const Batch& b, const PagedKv* 
   float* proj = grow(ws.out_rows_, t * c.hidden_size);
   linear(attn, t, w.o_proj, vec.o_bias, proj);
   clock.mark(ForwardOp::kOutProj);
-  kernels::add_inplace(ws.x_.data(), proj, t * c.hidden_size);
-  clock.mark(ForwardOp::kResidual);
+  return proj;
 }
 
 void Transformer::forward(const Batch& b, const PagedKv* kv, ForwardWorkspace& ws, float* logits) const {
@@ -323,13 +322,15 @@ void Transformer::forward(const Batch& b, const PagedKv* kv, ForwardWorkspace& w
   kernels::embedding(weights_.embed_tokens.raw(), weights_.embed_tokens.dtype(), h, b.tokens.data(), t, x);
   clock.mark(ForwardOp::kEmbed);
 
+  // Each residual add is fused with the norm that follows it (kernels::add_rmsnorm); the
+  // first layer's input norm and the last layer's add stand alone.
+  kernels::rmsnorm(x, t, h, vectors_.front().input_norm.data<float>(), eps, xn);
+  clock.mark(ForwardOp::kNorm);
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const LayerWeights& w = weights_.layers[static_cast<size_t>(l)];
     const LayerVectors& vec = vectors_[static_cast<size_t>(l)];
-    kernels::rmsnorm(x, t, h, vec.input_norm.data<float>(), eps, xn);
-    clock.mark(ForwardOp::kNorm);
-    attention_block(l, b, kv, ws, clock);
-    kernels::rmsnorm(x, t, h, vec.post_norm.data<float>(), eps, xn);
+    const float* proj = attention_block(l, b, kv, ws, clock);
+    kernels::add_rmsnorm(x, proj, t, h, vec.post_norm.data<float>(), eps, xn);
     clock.mark(ForwardOp::kNorm);
     float* gate = grow(ws.mlp_gate_, t * f);
     float* up = grow(ws.mlp_up_, t * f);
@@ -341,8 +342,13 @@ void Transformer::forward(const Batch& b, const PagedKv* kv, ForwardWorkspace& w
     float* down = grow(ws.out_rows_, t * h);
     linear(gate, t, w.down_proj, vec.down_bias, down);
     clock.mark(ForwardOp::kMlpDown);
-    kernels::add_inplace(x, down, t * h);
-    clock.mark(ForwardOp::kResidual);
+    if (l + 1 < c.num_hidden_layers) {
+      kernels::add_rmsnorm(x, down, t, h, vectors_[static_cast<size_t>(l + 1)].input_norm.data<float>(), eps, xn);
+      clock.mark(ForwardOp::kNorm);
+    } else {
+      kernels::add_inplace(x, down, t * h);
+      clock.mark(ForwardOp::kResidual);
+    }
   }
 
   // Only the rows whose logits are wanted go through the final norm and the LM head.

@@ -78,8 +78,10 @@ class Transformer {
     Tensor input_norm, post_norm, q_bias, k_bias, v_bias, o_bias, q_norm, k_norm, kv_norm;
     Tensor gate_bias, up_bias, down_bias;
   };
-  void attention_block(int64_t layer, const Batch& batch, const PagedKv* kv, ForwardWorkspace& ws,
-                       ForwardClock& clock) const;
+  // The attention half of a layer, from the normed input in ws.xn_ to the output projection;
+  // returns it (t x hidden, for the caller's residual add).
+  const float* attention_block(int64_t layer, const Batch& batch, const PagedKv* kv, ForwardWorkspace& ws,
+                               ForwardClock& clock) const;
   void rope_tables(const Batch& batch, ForwardWorkspace& ws) const;
 
   ModelConfig config_;

@@ -132,6 +132,20 @@ TEST(Activation, ElementResultsDoNotDependOnPositionOrLength) {
   }
 }
 
+// The fused residual add + norm gives the bits of add_inplace followed by rmsnorm, on one
+// thread (small) and split over threads (from 8192 elements).
+TEST(RmsNorm, FusedAddMatchesAddThenNorm) {
+  for (const auto& [rows, dim] : {std::pair<int64_t, int64_t>{1, 40}, {3, 768}, {32, 768}, {17, 1000}}) {
+    auto x = randn(rows * dim, 31, 3.0f), delta = randn(rows * dim, 32), w = randn(dim, 33);
+    std::vector<float> x_ref = x, y_ref(rows * dim), y(rows * dim);
+    add_inplace(x_ref.data(), delta.data(), rows * dim);
+    rmsnorm(x_ref.data(), rows, dim, w.data(), 1e-6f, y_ref.data());
+    add_rmsnorm(x.data(), delta.data(), rows, dim, w.data(), 1e-6f, y.data());
+    EXPECT_EQ(std::memcmp(x.data(), x_ref.data(), x.size() * sizeof(float)), 0) << rows << "x" << dim;
+    EXPECT_EQ(std::memcmp(y.data(), y_ref.data(), y.size() * sizeof(float)), 0) << rows << "x" << dim;
+  }
+}
+
 TEST(Embedding, ConvertsRowsOfEveryDtype) {
   const int64_t vocab = 6, dim = 5;
   auto table = randn(vocab * dim, 8);

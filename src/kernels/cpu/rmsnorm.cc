@@ -6,17 +6,33 @@
 
 namespace astrai::kernels {
 
+namespace {
+
+inline void norm_row(const float* xr, int64_t dim, const float* w, float eps, float* yr) {
+  const float mean = sum_squares(xr, dim) / static_cast<float>(dim);
+  const float rstd = 1.0f / std::sqrt(mean + eps);
+  for (int64_t i = 0; i < dim; ++i) yr[i] = w[i] * (xr[i] * rstd);
+}
+
+// Small problems stay on one thread: forking costs more than the work. From 8192 elements
+// (a 32-row decode step at hidden 768) each thread normalises the rows it just wrote in the
+// residual add, instead of one thread pulling half of them from the other core's cache.
+constexpr int64_t kParallelMin = 1 << 13;
+
+}  // namespace
+
 void rmsnorm(const float* x, int64_t rows, int64_t dim, const float* w, float eps, float* y) {
-  // Small problems stay on one thread: forking costs more than the work. From 8192 elements
-  // (a 32-row decode step at hidden 768) each thread normalises the rows it just wrote in the
-  // residual add, instead of one thread pulling half of them from the other core's cache.
-#pragma omp parallel for schedule(static) if (rows * dim > (1 << 13))
+#pragma omp parallel for schedule(static) if (rows * dim > kParallelMin)
+  for (int64_t r = 0; r < rows; ++r) norm_row(x + r * dim, dim, w, eps, y + r * dim);
+}
+
+void add_rmsnorm(float* x, const float* delta, int64_t rows, int64_t dim, const float* w, float eps, float* y) {
+#pragma omp parallel for schedule(static) if (rows * dim > kParallelMin)
   for (int64_t r = 0; r < rows; ++r) {
-    const float* xr = x + r * dim;
-    float* yr = y + r * dim;
-    const float mean = sum_squares(xr, dim) / static_cast<float>(dim);
-    const float rstd = 1.0f / std::sqrt(mean + eps);
-    for (int64_t i = 0; i < dim; ++i) yr[i] = w[i] * (xr[i] * rstd);
+    float* xr = x + r * dim;
+    const float* dr = delta + r * dim;
+    for (int64_t i = 0; i < dim; ++i) xr[i] += dr[i];
+    norm_row(xr, dim, w, eps, y + r * dim);
   }
 }
 
