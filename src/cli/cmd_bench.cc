@@ -169,7 +169,9 @@ RunStats run_batch(const std::shared_ptr<const model::Transformer>& m, int batch
   // wait(). The decode window starts in the step after the one that gives the last request its
   // first token and ends at the step in which the first request finishes: every step inside
   // it is a pure decode step of the whole batch. Snapshots are taken at the same point of a
-  // step (during its sampling), so their time difference is a whole number of steps.
+  // step (during its sampling), so their time difference is a whole number of steps; the
+  // engine counts a step's forward before it samples, so the snapshots' forward times cover
+  // the forwards of exactly those steps.
   std::vector<double> first_at(batch, -1.0);
   int have_first = 0;
   uint64_t open_step = 0;  // steps completed before the step that completed the first tokens

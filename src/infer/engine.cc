@@ -435,6 +435,14 @@ void Engine::Impl::step() {
     return;
   }
   const double t_forward = timer.seconds();
+  {
+    // The forward's time is counted before sampling, so a snapshot taken while this step
+    // samples (a delta callback) covers the same forwards as the wall time up to it.
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    stats_.schedule_seconds += t_schedule;
+    stats_.forward_seconds += t_forward - t_schedule;
+    stats_.forward_profile = backend_->profile();
+  }
   scheduler_.commit_step();
   uint64_t sampled = 0;  // tokens generated this step, for stats
   for (size_t i = 0; i < items_.size(); ++i) {
@@ -470,10 +478,7 @@ void Engine::Impl::step() {
   stats_.steps++;
   stats_.step_tokens_total += tokens;
   stats_.tokens_generated += sampled;
-  stats_.schedule_seconds += t_schedule;
-  stats_.forward_seconds += t_forward - t_schedule;
   stats_.sample_seconds += t_total - t_forward;
-  stats_.forward_profile = backend_->profile();  // same moment as forward_seconds
 }
 
 void Engine::Impl::publish_stats() {
