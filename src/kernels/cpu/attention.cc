@@ -174,8 +174,8 @@ inline float exp_one(float x) { return exp_approx(x); }
 #endif
 
 // Requests [p, p + bytes) into L2. An asm statement, not __builtin_prefetch: GCC treats the
-// builtin as free of side effects, so a function that only prefetches is found pure and its
-// calls are deleted.
+// builtin as free of side effects, so a helper that only prefetches (prefetch_rows) is found
+// pure and its calls are deleted.
 inline void prefetch_l2(const void* p, int64_t bytes) {
   const char* c = static_cast<const char*>(p);
   for (int64_t b = 0; b < bytes; b += 64) {
