@@ -119,10 +119,11 @@ template <int MR>
 }
 
 // Adds the block's contribution to y[r, c] for r < MR, c < nr (see the order above):
-// y = p (first block) or y + p, then + bias on the last block (bias may be null).
+// y = p (first block) or y + p, then + bias on the last block (bias may be null). Packed W,
+// or in place for a partial group of rows (full groups in place: tile_rm8).
 template <int MR, DType T, typename Layout>
 void tile(const float* x, int64_t ldx, const void* w, int64_t ld, int64_t kc, int nr, float* y, int64_t ldy,
-          bool first, const float* bias, const char* prefetch, int64_t prefetch_lines) {
+          bool first, const float* bias) {
   constexpr size_t esz = T == DType::kF32 ? 4 : 2;
   const uint8_t* wrow[kNr];
   if constexpr (std::is_same_v<Layout, RowMajor>) {
@@ -135,19 +136,8 @@ void tile(const float* x, int64_t ldx, const void* w, int64_t ld, int64_t kc, in
 #pragma GCC unroll 8
     for (int c = 0; c < kNr; ++c) acc[r][c] = _mm512_setzero_ps();
   const int64_t kfull = kc & ~int64_t{15};
-  // About prefetch_lines cache lines from `prefetch` on, the same number in each K step until
-  // they are covered (rounding up may touch a few lines more: prefetches never fault).
-  const int64_t steps = std::max<int64_t>(1, kc / 16);
-  const int64_t pf_step = prefetch ? (prefetch_lines + steps - 1) / steps : 0;
-  const int64_t pf_until = pf_step > 0 ? (prefetch_lines + pf_step - 1) / pf_step * 16 : 0;  // in k
-  const char* pf = prefetch;
   int64_t k = 0;
   for (; k < kfull; k += 16) {
-    if (k < pf_until) {
-#pragma GCC unroll 8
-      for (int64_t b = 0; b < pf_step; ++b) _mm_prefetch(pf + b * 64, _MM_HINT_T1);
-      pf += pf_step * 64;
-    }
     __m512 xv[MR];
 #pragma GCC unroll 8
     for (int r = 0; r < MR; ++r) xv[r] = _mm512_loadu_ps(x + r * ldx + k);
@@ -195,6 +185,8 @@ void tile_rm8(const float* x, int64_t ldx, const void* w, int64_t ld, int64_t kc
 #pragma GCC unroll 8
     for (int c = 0; c < kNr; ++c) acc[r][c] = _mm512_setzero_ps();
   const int64_t steps = kc / 16;
+  // About prefetch_lines cache lines from `prefetch` on, the same number in each K step until
+  // they are covered (rounding up may touch a few lines more: prefetches never fault).
   const int64_t pf_step = prefetch ? (prefetch_lines + std::max<int64_t>(1, steps) - 1) / std::max<int64_t>(1, steps) : 0;
   const char* pf = prefetch;
   const char* pf_end = prefetch ? prefetch + prefetch_lines * 64 : nullptr;
@@ -229,7 +221,7 @@ void tile_rm8(const float* x, int64_t ldx, const void* w, int64_t ld, int64_t kc
 
 template <DType T, typename Layout>
 using TileFn = void (*)(const float*, int64_t, const void*, int64_t, int64_t, int, float*, int64_t, bool,
-                        const float*, const char*, int64_t);
+                        const float*);
 
 template <DType T, typename Layout>
 TileFn<T, Layout> tile_fn(int64_t mr) {
@@ -321,9 +313,9 @@ void linear_invariant(const float* x, int64_t m, const WeightView& w, const floa
               auto fn = mr == 3 ? &tile_rm8<3, T> : mr == 2 ? &tile_rm8<2, T> : &tile_rm8<1, T>;
               fn(x + i * kk + k0, kk, wb + (j * kk + k0) * esz, kk, kc, y + i * n + j, n, first, bj,
                  pf ? next + l0 * 64 : nullptr, l1 - l0);
-            } else {
+            } else {  // the share's last, partial group: nothing after it to prefetch
               tile_fn<T, RowMajor>(mr)(x + i * kk + k0, kk, wb + (j * kk + k0) * esz, kk, kc, nr, y + i * n + j, n,
-                                       first, bj, pf ? next + l0 * 64 : nullptr, l1 - l0);
+                                       first, bj);
             }
             i += mr;
           }
@@ -349,8 +341,7 @@ void linear_invariant(const float* x, int64_t m, const WeightView& w, const floa
           }
           for (int64_t i = 0; i < m;) {
             const int64_t mr = tile_rows(m - i);
-            tile_fn<DType::kF32, Packed>(mr)(x + i * kk + k0, kk, small, 0, kc, nr, y + i * n + j, n, first, bj,
-                                             nullptr, 0);
+            tile_fn<DType::kF32, Packed>(mr)(x + i * kk + k0, kk, small, 0, kc, nr, y + i * n + j, n, first, bj);
             i += mr;
           }
         }
@@ -375,7 +366,7 @@ void linear_invariant(const float* x, int64_t m, const WeightView& w, const floa
                 const int nr = static_cast<int>(std::min<int64_t>(kNr, nb1 - j));
                 const float* bj = last && bias ? bias + j : nullptr;
                 tile_fn<DType::kF32, Packed>(mr)(x + i * kk + k0, kk, packed.data() + (j - nb0) * steps * 16, 0, kc,
-                                                 nr, y + i * n + j, n, first, bj, nullptr, 0);
+                                                 nr, y + i * n + j, n, first, bj);
               }
               i += mr;
             }
