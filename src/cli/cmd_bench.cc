@@ -78,8 +78,10 @@ struct BenchModelFlags {
   std::string model;
   int threads = 0;
   int layers = 12, hidden = 768, heads = 12, kv_heads = 4, ffn = 2048, vocab = 32000;
+  bool no_mmap = false;
   void add(CLI::App* cmd) {
     cmd->add_option("--model", model, "Model directory (default: random-weight ~100M Llama-style model)");
+    add_no_mmap_flag(cmd, &no_mmap);
     cmd->add_option("--threads", threads, "Threads (default: all cores)");
     cmd->add_option("--layers", layers, "Random model: layers");
     cmd->add_option("--hidden", hidden, "Random model: hidden size");
@@ -90,7 +92,8 @@ struct BenchModelFlags {
 
 std::shared_ptr<const model::Transformer> bench_model(const BenchModelFlags& f) {
   if (f.threads > 0) set_num_threads(f.threads);
-  if (!f.model.empty()) return std::make_shared<const model::Transformer>(model::Transformer::load(f.model));
+  if (!f.model.empty())
+    return std::make_shared<const model::Transformer>(model::Transformer::load(f.model, weight_placement(f.no_mmap)));
   Json j = {{"model_type", "llama"},          {"vocab_size", f.vocab},           {"hidden_size", f.hidden},
             {"intermediate_size", f.ffn},     {"num_hidden_layers", f.layers},   {"num_attention_heads", f.heads},
             {"num_key_value_heads", f.kv_heads}, {"max_position_embeddings", 4096}, {"rms_norm_eps", 1e-5},
@@ -243,8 +246,8 @@ void run_decode(const DecodeFlags& f) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // progress shows up line by line in logs
   auto m = bench_model(f.model);
   const double weight_bytes = static_cast<double>(m->weight_bytes());
-  std::printf("model: %.1fM parameters, %.0f MB of weights; %d threads\n", m->num_parameters() / 1e6,
-              weight_bytes / 1e6, num_threads());
+  std::printf("model: %.1fM parameters, %.0f MB of weights (%s); %d threads\n", m->num_parameters() / 1e6,
+              weight_bytes / 1e6, m->mapped_bytes() > 0 ? "memory-mapped" : "in memory", num_threads());
   const double bw = copy_bandwidth();
   std::printf("copy-bandwidth probe (parallel memcpy, huge pages): %.1f GB/s read + written\n", bw / 1e9);
   Json report = {{"params", m->num_parameters()}, {"weight_bytes", weight_bytes}, {"copy_bw", bw}};

@@ -23,6 +23,17 @@ inline CLI::Option* add_kv_dtype_option(CLI::App* cmd, std::string* kv_dtype) {
       ->check(CLI::IsMember({"auto", "f32", "bf16"}));
 }
 
+// --no-mmap (shared by generate, chat, serve and bench): copy the checkpoint into memory.
+inline CLI::Option* add_no_mmap_flag(CLI::App* cmd, bool* no_mmap) {
+  return cmd->add_flag("--no-mmap", *no_mmap,
+                       "Copy the weights into memory (2 MiB huge pages) instead of memory-mapping the checkpoint: "
+                       "faster decode, a copy at load, the weights' size in private memory");
+}
+
+inline model::WeightPlacement weight_placement(bool no_mmap) {
+  return no_mmap ? model::WeightPlacement::kMemory : model::WeightPlacement::kMapped;
+}
+
 struct EngineFlags {
   int max_running = 64;
   int max_step_tokens = 2048;
@@ -32,6 +43,7 @@ struct EngineFlags {
   bool no_prefix_cache = false;
   int max_context = 0;
   int threads = 0;
+  bool no_mmap = false;
 
   void add(CLI::App* cmd) {
     cmd->add_option("--max-running", max_running, "Cap on requests decoding together");
@@ -42,6 +54,7 @@ struct EngineFlags {
     cmd->add_flag("--no-prefix-cache", no_prefix_cache, "Disable the shared prefix cache");
     cmd->add_option("--max-context", max_context, "Context length (default: the model's)");
     cmd->add_option("--threads", threads, "Threads (default: all cores)");
+    add_no_mmap_flag(cmd, &no_mmap);
   }
   infer::EngineOptions options() const {
     infer::EngineOptions o;
@@ -59,7 +72,8 @@ struct EngineFlags {
 // Loads DIR's model and, when DIR has a tokenizer.json, its tokenizer (else null: token ids only).
 inline std::unique_ptr<infer::Engine> load_engine(const std::string& dir, const EngineFlags& flags) {
   if (flags.threads > 0) set_num_threads(flags.threads);
-  auto model = std::make_shared<const model::Transformer>(model::Transformer::load(dir));
+  auto model =
+      std::make_shared<const model::Transformer>(model::Transformer::load(dir, weight_placement(flags.no_mmap)));
   std::shared_ptr<const tokenizer::Tokenizer> tok;
   if (file_exists(dir + "/tokenizer.json"))
     tok = std::make_shared<const tokenizer::Tokenizer>(tokenizer::Tokenizer::load(dir));

@@ -120,8 +120,8 @@ Transformer::Transformer(ModelConfig config, ModelWeights weights)
     if (p.tensor->is_mapped()) mapped_bytes_ += p.tensor->nbytes();
 }
 
-Transformer Transformer::load(const std::string& dir) {
-  Checkpoint ck = load_checkpoint(dir);
+Transformer Transformer::load(const std::string& dir, WeightPlacement placement) {
+  Checkpoint ck = load_checkpoint(dir, placement);
   return Transformer(std::move(ck.config), std::move(ck.weights));
 }
 

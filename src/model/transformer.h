@@ -42,12 +42,13 @@ class ForwardWorkspace {
 
 class Transformer {
  public:
-  // Validates that `weights` match `config` (shapes, dtypes). Weights may be mapped
-  // (any float dtype) or owned f32; f32 tensors are used in place (a trainer's updates to
+  // Validates that `weights` match `config` (shapes, dtypes). Weights may be mapped or
+  // owned (any float dtype); f32 tensors are used in place (a trainer's updates to
   // them are seen by the next forward), small vectors in other dtypes are converted once.
   Transformer(ModelConfig config, ModelWeights weights);
-  // Loads DIR/config.json + model.safetensors (or sharded index), memory-mapped.
-  static Transformer load(const std::string& dir);
+  // Loads DIR/config.json + model.safetensors (or sharded index), memory-mapped or copied
+  // into memory (model/weights.h).
+  static Transformer load(const std::string& dir, WeightPlacement placement = WeightPlacement::kMapped);
 
   const ModelConfig& config() const { return config_; }
   const ModelWeights& weights() const { return weights_; }

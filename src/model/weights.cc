@@ -1,5 +1,7 @@
 #include "model/weights.h"
 
+#include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <set>
 
@@ -125,10 +127,65 @@ ModelWeights ModelWeights::from_tensors(const ModelConfig& config, const TensorM
   return w;
 }
 
+namespace {
+
+// Byte offsets of tensors of `bytes` each in one block, every tensor starting on a 64-byte
+// boundary; the last entry is the block's size.
+std::vector<size_t> block_offsets(const std::vector<size_t>& bytes) {
+  std::vector<size_t> off{0};
+  for (size_t b : bytes) off.push_back(off.back() + (b + 63) / 64 * 64);
+  return off;
+}
+
+// Fills every parameter slot of `w` with a view into one new owned block (huge pages once it
+// is 4 MiB or more, tensor/tensor.h): slot i gets shape params[i].shape and dtype dtypes[i].
+void place_in_one_block(const ModelConfig& config, ModelWeights& w, const std::vector<DType>& dtypes) {
+  auto params = w.params(config);
+  std::vector<size_t> bytes;
+  for (size_t i = 0; i < params.size(); ++i)
+    bytes.push_back(static_cast<size_t>(shape_numel(params[i].shape)) * dtype_size(dtypes[i]));
+  const std::vector<size_t> off = block_offsets(bytes);
+  auto storage = make_host_storage(off.back());
+  for (size_t i = 0; i < params.size(); ++i) *params[i].tensor = Tensor(storage, off[i], params[i].shape, dtypes[i]);
+  if (config.tie_word_embeddings) w.lm_head = w.embed_tokens;
+}
+
+}  // namespace
+
 ModelWeights ModelWeights::allocate(const ModelConfig& config, DType dtype) {
   ModelWeights w;
-  for (auto& p : w.params(config)) *p.tensor = Tensor::empty(p.shape, dtype);
-  if (config.tie_word_embeddings) w.lm_head = w.embed_tokens;
+  const size_t n = w.params(config).size();
+  place_in_one_block(config, w, std::vector<DType>(n, dtype));
+  return w;
+}
+
+ModelWeights ModelWeights::copy_to_memory(const ModelConfig& config) const {
+  const auto src = params(config);
+  std::vector<DType> dtypes;
+  for (const auto& p : src) {
+    ASTRAI_CHECK(p.tensor->defined() && p.tensor->shape() == p.shape, "model weights: parameter \"", p.name,
+                 "\" is not set or has the wrong shape");
+    dtypes.push_back(p.tensor->dtype());
+  }
+  ModelWeights w;
+  place_in_one_block(config, w, dtypes);
+  const auto dst = w.params(config);
+  // Pieces of at most 4 MiB so both threads share even one large tensor (the embedding).
+  struct Piece {
+    const uint8_t* from;
+    uint8_t* to;
+    size_t bytes;
+  };
+  std::vector<Piece> pieces;
+  constexpr size_t kPiece = size_t{4} << 20;
+  for (size_t i = 0; i < src.size(); ++i) {
+    const auto* from = static_cast<const uint8_t*>(src[i].tensor->raw());
+    auto* to = static_cast<uint8_t*>(dst[i].tensor->raw());
+    for (size_t at = 0, n = src[i].tensor->nbytes(); at < n; at += kPiece)
+      pieces.push_back({from + at, to + at, std::min(kPiece, n - at)});
+  }
+#pragma omp parallel for schedule(dynamic)
+  for (size_t i = 0; i < pieces.size(); ++i) std::memcpy(pieces[i].to, pieces[i].from, pieces[i].bytes);
   return w;
 }
 
@@ -144,12 +201,16 @@ size_t ModelWeights::bytes(const ModelConfig& config) const {
   return n;
 }
 
-Checkpoint load_checkpoint(const std::string& dir) {
+Checkpoint load_checkpoint(const std::string& dir, WeightPlacement placement) {
   Checkpoint ck;
   ck.config = ModelConfig::load(dir);
   SafetensorsContents contents = read_checkpoint_tensors(dir);
-  ck.mapped_bytes = contents.mapped_bytes;
   ck.weights = ModelWeights::from_tensors(ck.config, contents.tensors, dir);
+  if (placement == WeightPlacement::kMemory) {
+    ck.weights = ck.weights.copy_to_memory(ck.config);  // the mapping closes with `contents`
+  } else {
+    ck.mapped_bytes = contents.mapped_bytes;
+  }
   return ck;
 }
 

@@ -1,6 +1,7 @@
 // The parameters of a model as plain structs of Tensors, named as Hugging Face names them.
-// A tensor is either memory-mapped from a checkpoint (read-only, f32/bf16/f16) or owned
-// host f32 memory (the trainer's parameters); the forward pass reads both.
+// A tensor is either memory-mapped from a checkpoint (read-only, f32/bf16/f16) or owned host
+// memory (the trainer's f32 parameters, or a checkpoint copied with WeightPlacement::kMemory);
+// the forward pass reads both.
 #pragma once
 
 #include <functional>
@@ -57,20 +58,32 @@ struct ModelWeights {
   // autoregressive_lm also accepts the reference AstrAI names ("layers.N.attention.q_proj.weight").
   static ModelWeights from_tensors(const ModelConfig& config, const TensorMap& tensors, const std::string& where);
 
-  // Owned, zero-filled tensors of every parameter (for the trainer, or tests to fill).
+  // Owned, zero-filled tensors of every parameter (for the trainer, or tests to fill), all in
+  // one block: huge pages once it is 4 MiB or more (tensor/tensor.h), small matrices included.
   static ModelWeights allocate(const ModelConfig& config, DType dtype = DType::kF32);
+  // A copy of every parameter, same dtypes, in one owned block like allocate()'s (a tied
+  // lm_head stays shared with embed_tokens).
+  ModelWeights copy_to_memory(const ModelConfig& config) const;
 
   int64_t num_parameters(const ModelConfig& config) const;
   size_t bytes(const ModelConfig& config) const;  // storage of the parameters as held
 };
 
-// Loads DIR/config.json and its safetensors weights (memory-mapped).
+// Where a loaded checkpoint's weights live.
+//   kMapped: memory-mapped from the safetensors files (no copy; the pages are the page
+//     cache's, 4 KiB each).
+//   kMemory: copied into one owned block of 2 MiB huge pages (`--no-mmap`): a copy at load
+//     and the weights' size in private memory, for faster decode, which streams every weight
+//     each step (fewer TLB misses; the hardware prefetchers stop at every 4 KiB page edge).
+enum class WeightPlacement { kMapped, kMemory };
+
+// Loads DIR/config.json and its safetensors weights.
 struct Checkpoint {
   ModelConfig config;
   ModelWeights weights;
-  size_t mapped_bytes = 0;
+  size_t mapped_bytes = 0;  // 0 for kMemory
 };
-Checkpoint load_checkpoint(const std::string& dir);
+Checkpoint load_checkpoint(const std::string& dir, WeightPlacement placement = WeightPlacement::kMapped);
 
 // Writes DIR/config.json and DIR/model.safetensors (each atomically), converting tensors to
 // `dtype` (kF32 keeps them as they are when already f32). Creates DIR if needed.

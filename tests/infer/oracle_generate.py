@@ -7,8 +7,8 @@ saved in the Hugging Face layout. For each:
     PyTorch (the whole sequence re-run for every new token), token for token;
   * 16 concurrent ragged requests (one JSONL file, batched continuously) give the same;
   * batch invariance: the same request alone, among 31 others, with chunked prefill
-    (--max-step-tokens 5) and with its prefix served from the prefix cache gives the same
-    tokens and bit-identical log-probs;
+    (--max-step-tokens 5), with its prefix served from the prefix cache and with the weights
+    copied into memory (--no-mmap) gives the same tokens and bit-identical log-probs;
   * a tiny KV cache forces preemption: the output does not change;
   * bf16 KV cache (--kv-dtype bf16, and "auto" on a bf16 checkpoint): greedy generation equals
     PyTorch's with K and V rounded to bf16 where they are cached, single and 16 concurrent
@@ -122,7 +122,8 @@ def test_model(name, tmp):
     ok = all(compare(name, "batched %d" % i, o["ids"], r[0], r[1]) for i, (o, r) in enumerate(zip(out, refs)))
     check(ok, "%s: 16 concurrent ragged requests equal torch greedy" % name)
 
-    # Batch invariance: the probe alone, among 31 others, chunked, from the prefix cache.
+    # Batch invariance: the probe alone, among 31 others, chunked, from the prefix cache; and
+    # with the weights copied into memory.
     probe = {"prompt_ids": prompts[0] + prompts[1], "max_tokens": 10, "ignore_eos": True, "logprobs": 2}
     alone = generate_jsonl(d, [probe], tmp, ["--page-size", "4"])[0]
     others = [{"prompt_ids": [int(t) for t in rng.randint(0, c.vocab, size=int(rng.randint(1, 60)))],
@@ -130,7 +131,9 @@ def test_model(name, tmp):
     crowd = generate_jsonl(d, others[:15] + [probe] + others[15:], tmp, ["--page-size", "4"])[15]
     chunked = generate_jsonl(d, [probe], tmp, ["--page-size", "4", "--max-step-tokens", "5"])[0]
     cached = generate_jsonl(d, [probe, probe], tmp, ["--page-size", "4", "--max-running", "1"])[1]
-    for what, o in (("among 31 others", crowd), ("chunked prefill", chunked), ("prefix cache", cached)):
+    copied = generate_jsonl(d, [probe], tmp, ["--page-size", "4", "--no-mmap"])[0]
+    for what, o in (("among 31 others", crowd), ("chunked prefill", chunked), ("prefix cache", cached),
+                    ("weights copied into memory (--no-mmap)", copied)):
         check(o["ids"] == alone["ids"] and o["logprobs"] == alone["logprobs"],
               "%s: %s gives the same tokens and bit-identical logprobs as alone" % (name, what))
     check(cached["cached_prompt_tokens"] >= 4 * ((len(probe["prompt_ids"]) - 1) // 4) > 0 or

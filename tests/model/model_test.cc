@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -446,6 +447,64 @@ TEST(Transformer, SaveAndLoadGiveTheSameLogits) {
   }
   EXPECT_LT(max_diff / max_ref, 0.05f);
   EXPECT_GT(max_diff, 0.0f);
+}
+
+// --no-mmap: the same checkpoint copied into one owned block gives the same tensors (bytes,
+// dtypes) and the same logits bit for bit, with nothing left mapped.
+TEST(Transformer, LoadIntoMemoryEqualsTheMappedLoad) {
+  for (const char* family : {"llama", "mla"}) {
+    const ModelConfig c = ModelConfig::from_json(std::string(family) == "mla" ? mla_json() : llama_json());
+    const Transformer owned(c, random_weights(c, 4));
+    for (DType dtype : {DType::kF32, DType::kBF16}) {
+      SCOPED_TRACE(std::string(family) + " " + std::string(dtype_name(dtype)));
+      TempDir dir;
+      save_checkpoint(dir.str(), c, owned.weights(), dtype);
+      const Transformer mapped = Transformer::load(dir.str());
+      const Transformer copied = Transformer::load(dir.str(), WeightPlacement::kMemory);
+      EXPECT_EQ(copied.mapped_bytes(), 0u);
+      EXPECT_EQ(copied.weight_bytes(), mapped.weight_bytes());
+      const auto a = mapped.weights().params(c), b = copied.weights().params(c);
+      ASSERT_EQ(a.size(), b.size());
+      for (size_t i = 0; i < a.size(); ++i) {
+        EXPECT_FALSE(b[i].tensor->is_mapped()) << b[i].name;
+        EXPECT_EQ(b[i].tensor->dtype(), a[i].tensor->dtype()) << b[i].name;
+        EXPECT_EQ(b[i].tensor->shape(), a[i].tensor->shape()) << b[i].name;
+        EXPECT_EQ(reinterpret_cast<uintptr_t>(b[i].tensor->raw()) % 64, 0u) << b[i].name;
+        EXPECT_EQ(std::memcmp(a[i].tensor->raw(), b[i].tensor->raw(), a[i].tensor->nbytes()), 0) << b[i].name;
+      }
+      const std::vector<int32_t> ids = {1, 2, 3, 50, 96};
+      const auto la = forward_alone(mapped, ids), lb = forward_alone(copied, ids);
+      EXPECT_EQ(std::memcmp(la.data(), lb.data(), la.size() * sizeof(float)), 0);
+    }
+  }
+}
+
+TEST(ModelWeights, CopyToMemoryKeepsATiedHeadShared) {
+  Json j = llama_json();
+  j["tie_word_embeddings"] = true;
+  const ModelConfig c = ModelConfig::from_json(j);
+  const ModelWeights w = random_weights(c, 6).copy_to_memory(c);
+  EXPECT_EQ(w.lm_head.raw(), w.embed_tokens.raw());
+}
+
+// allocate(): every parameter zero-filled, 64-byte aligned, and none overlapping another.
+TEST(ModelWeights, AllocatePlacesEveryParameterApart) {
+  const ModelConfig c = ModelConfig::from_json(mla_json());
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    ModelWeights w = ModelWeights::allocate(c, dtype);
+    std::vector<std::pair<uintptr_t, uintptr_t>> spans;
+    for (const auto& p : w.params(c)) {
+      ASSERT_TRUE(p.tensor->defined()) << p.name;
+      EXPECT_EQ(p.tensor->shape(), p.shape) << p.name;
+      EXPECT_EQ(p.tensor->dtype(), dtype) << p.name;
+      const auto* bytes = static_cast<const uint8_t*>(p.tensor->raw());
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(bytes) % 64, 0u) << p.name;
+      EXPECT_TRUE(std::all_of(bytes, bytes + p.tensor->nbytes(), [](uint8_t b) { return b == 0; })) << p.name;
+      spans.emplace_back(reinterpret_cast<uintptr_t>(bytes), reinterpret_cast<uintptr_t>(bytes) + p.tensor->nbytes());
+    }
+    std::sort(spans.begin(), spans.end());
+    for (size_t i = 1; i < spans.size(); ++i) EXPECT_LE(spans[i - 1].second, spans[i].first);
+  }
 }
 
 TEST(Transformer, TrainerUpdatesToOwnedWeightsAreSeen) {
