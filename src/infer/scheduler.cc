@@ -94,9 +94,13 @@ const std::vector<StepItem>& Scheduler::schedule() {
     if (fit >= 1) chunk = std::min(chunk, fit);
     if (reserve(s, chunk)) plan(s, chunk);
   }
-  // 3. Admission, in priority order; stops at the first sequence that does not fit.
-  while (!waiting_.empty() && budget_ > 0 && static_cast<int32_t>(running_.size()) < options_.max_running) {
-    Sequence* s = waiting_.front();
+  // 3. Admission, in priority order; stops at the first sequence that does not fit. A
+  //    sequence whose next page of prompt a running one is still computing waits for the
+  //    prefix cache to publish it instead (at most max_running of them are looked at per step).
+  int32_t deferred = 0;
+  for (size_t w = 0;
+       w < waiting_.size() && budget_ > 0 && static_cast<int32_t>(running_.size()) < options_.max_running;) {
+    Sequence* s = waiting_[w];
     const bool all_rows = wants_all_rows(s);
     int32_t matched = 0;
     if (s->pages.empty() && !all_rows) {
@@ -105,6 +109,14 @@ const std::vector<StepItem>& Scheduler::schedule() {
       matched = pool_.match(s->tokens, (len - 1) / ps, &s->pages, &s->link);
       s->published = matched;
       s->num_computed = matched * ps;
+      if (matched < (len - 1) / ps && page_in_flight(*s, matched)) {
+        pool_.release_all(&s->pages);
+        s->num_computed = 0;
+        s->published = 0;
+        if (++deferred >= options_.max_running) break;
+        ++w;
+        continue;
+      }
     } else if (s->pages.empty()) {
       s->link = pool_.root();
     }
@@ -126,11 +138,23 @@ const std::vector<StepItem>& Scheduler::schedule() {
       s->req->pending.queue_seconds = s->req->clock.seconds();
       hit_tokens_ += static_cast<uint64_t>(matched) * ps;
     }
-    waiting_.pop_front();
+    waiting_.erase(waiting_.begin() + static_cast<std::ptrdiff_t>(w));
     add_running(s);
     plan(s, chunk);
   }
   return step_;
+}
+
+bool Scheduler::page_in_flight(const Sequence& s, int32_t matched) const {
+  if (!pool_.prefix_cache_enabled()) return false;
+  const size_t end = size_t(matched + 1) * pool_.page_size();
+  for (const Sequence* r : running_) {
+    // r computes tokens [num_computed, tokens.size()) and publishes each page it fills.
+    if (static_cast<size_t>(r->num_computed) >= end || r->tokens.size() < end) continue;
+    const auto s_end = s.tokens.begin() + static_cast<std::ptrdiff_t>(end);
+    if (std::equal(s.tokens.begin(), s_end, r->tokens.begin())) return true;
+  }
+  return false;
 }
 
 void Scheduler::commit_step() {

@@ -1,7 +1,10 @@
 // Decides each step's work under a token budget and a cap on running sequences:
 //   1. every running sequence with one pending token decodes it;
 //   2. running sequences still in prefill get their next chunk;
-//   3. waiting sequences are admitted in priority order (prefix-cache pages matched first).
+//   3. waiting sequences are admitted in priority order (prefix-cache pages matched first);
+//      one whose next page of prompt a running sequence is still computing (the same tokens
+//      from position 0) waits until the prefix cache has it, so a prefix shared by requests
+//      that arrive together is computed once.
 // When a running sequence needs a page and none is available, the newest running sequence is
 // preempted: its pages go back (published ones to the prefix cache) and it waits to be
 // recomputed. The oldest sequence always progresses, so there is no deadlock as long as one
@@ -63,6 +66,9 @@ class Scheduler {
   bool reserve(Sequence* seq, int32_t chunk);
   void plan(Sequence* seq, int32_t chunk);
   void drop_plan(Sequence* seq);
+  // True when a running sequence has yet to compute page `matched` of s's tokens with the same
+  // tokens [0, (matched + 1) * page_size) as s (it publishes the page once computed).
+  bool page_in_flight(const Sequence& s, int32_t matched) const;
 
   KvPool& pool_;
   SchedulerOptions options_;

@@ -196,6 +196,45 @@ TEST(Engine, PrefixSharedBetweenRunningAndNewRequest) {
   expect_pool_full(*rig.engine);
 }
 
+// Requests submitted together with a common prefix: the first computes it, the others wait
+// for each of its pages to be published instead of computing it again, so the prefix's
+// tokens go through the model once. With the cache off, everyone computes everything.
+TEST(Engine, PrefixSharedByRequestsArrivingTogetherIsComputedOnce) {
+  for (bool cache : {true, false}) {
+    SCOPED_TRACE(cache ? "prefix cache on" : "prefix cache off");
+    auto opt = small(4, 4096, 16);  // 16-token steps: the prefix takes the first request 3 steps
+    opt.prefix_cache = cache;
+    auto rig = make_engine(opt);
+    std::mt19937 rng(11);
+    const auto prefix = random_prompt(rng, 40);  // 10 full pages
+    std::vector<std::vector<int32_t>> prompts;
+    for (int i = 0; i < 4; ++i) {
+      prompts.push_back(prefix);
+      const auto tail = random_prompt(rng, 6);
+      prompts.back().insert(prompts.back().end(), tail.begin(), tail.end());
+    }
+    prompts.push_back(random_prompt(rng, 46));  // unrelated: never waits
+    std::atomic<bool> all_queued{false};
+    std::atomic<int64_t> computed{0};
+    rig.model->before_forward = [&](const astrai::model::Batch& b) {
+      while (!all_queued.load()) std::this_thread::yield();
+      computed += b.num_tokens();
+    };
+    std::vector<RequestHandle> handles;
+    for (const auto& p : prompts) handles.push_back(rig.engine->submit(greedy(p, 4)));
+    all_queued.store(true);
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      auto r = handles[i].wait();
+      EXPECT_EQ(r.choices[0].token_ids, reference_greedy(prompts[i], 300, 4)) << "request " << i;
+      const bool shares = cache && i >= 1 && i <= 3;
+      EXPECT_EQ(r.cached_prompt_tokens, shares ? 40 : 0) << "request " << i;
+    }
+    // 5 prompts of 46 tokens, then 3 decode steps each; the cache spares 3 x 40 prefix tokens.
+    EXPECT_EQ(computed.load(), 5 * 46 + 5 * 3 - (cache ? 3 * 40 : 0));
+    expect_pool_full(*rig.engine);
+  }
+}
+
 TEST(Engine, WholePromptInCacheStillRecomputesLastToken) {
   auto rig = make_engine(small(16));
   std::mt19937 rng(5);
