@@ -27,7 +27,7 @@ inline CLI::Option* add_kv_dtype_option(CLI::App* cmd, std::string* kv_dtype) {
 inline CLI::Option* add_no_mmap_flag(CLI::App* cmd, bool* no_mmap) {
   return cmd->add_flag("--no-mmap", *no_mmap,
                        "Copy the weights into memory (2 MiB huge pages) instead of memory-mapping the checkpoint: "
-                       "faster decode, a copy at load, the weights' size in private memory");
+                       "faster batched decode, but a copy at load and the weights' size in private memory");
 }
 
 inline model::WeightPlacement weight_placement(bool no_mmap) {

@@ -26,6 +26,10 @@ void Scheduler::remove(Sequence* seq) {
   drop_plan(seq);
   if (auto it = std::find(running_.begin(), running_.end(), seq); it != running_.end()) running_.erase(it);
   if (auto it = std::find(waiting_.begin(), waiting_.end(), seq); it != waiting_.end()) waiting_.erase(it);
+  release_pages(seq);
+}
+
+void Scheduler::release_pages(Sequence* seq) {
   pool_.release_all(&seq->pages);
   seq->num_computed = 0;
   seq->published = 0;
@@ -35,10 +39,8 @@ void Scheduler::preempt(Sequence* seq) {
   ++preemptions_;
   drop_plan(seq);
   running_.erase(std::find(running_.begin(), running_.end(), seq));
-  pool_.release_all(&seq->pages);
   // Recompute from scratch later (the prefix cache usually still holds the published pages).
-  seq->num_computed = 0;
-  seq->published = 0;
+  release_pages(seq);
   add_waiting(seq);
 }
 
@@ -110,9 +112,7 @@ const std::vector<StepItem>& Scheduler::schedule() {
       s->published = matched;
       s->num_computed = matched * ps;
       if (matched < (len - 1) / ps && page_in_flight(*s, matched)) {
-        pool_.release_all(&s->pages);
-        s->num_computed = 0;
-        s->published = 0;
+        release_pages(s);
         if (++deferred >= options_.max_running) break;
         ++w;
         continue;
@@ -125,9 +125,7 @@ const std::vector<StepItem>& Scheduler::schedule() {
     const int32_t fit = (static_cast<int32_t>(s->pages.size()) + pool_.num_available()) * ps - s->num_computed;
     chunk = std::min(chunk, fit);
     if (chunk < 1) {
-      pool_.release_all(&s->pages);
-      s->num_computed = 0;
-      s->published = 0;
+      release_pages(s);
       break;
     }
     const bool ok = pool_.allocate(pages_for(s->num_computed + chunk) - static_cast<int32_t>(s->pages.size()), &s->pages);

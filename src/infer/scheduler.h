@@ -59,6 +59,8 @@ class Scheduler {
 
  private:
   void preempt(Sequence* seq);
+  // Returns seq's pages (matched, computed or reserved) and resets its progress to 0.
+  void release_pages(Sequence* seq);
   // Pages to cover `tokens` KV entries.
   int32_t pages_for(int32_t tokens) const { return (tokens + pool_.page_size() - 1) / pool_.page_size(); }
   // Grows seq's pages for `chunk` more tokens, preempting newer running sequences if needed;
