@@ -81,7 +81,8 @@ struct BenchModelFlags {
   bool no_mmap = false;
   void add(CLI::App* cmd) {
     cmd->add_option("--model", model, "Model directory (default: random-weight ~100M Llama-style model)");
-    add_no_mmap_flag(cmd, &no_mmap);
+    add_no_mmap_flag(cmd, &no_mmap)->description("With --model: copy the weights into memory (2 MiB huge pages) "
+                                                  "instead of memory-mapping them (the random model is always in memory)");
     cmd->add_option("--threads", threads, "Threads (default: all cores)");
     cmd->add_option("--layers", layers, "Random model: layers");
     cmd->add_option("--hidden", hidden, "Random model: hidden size");

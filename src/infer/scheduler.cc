@@ -106,12 +106,12 @@ const std::vector<StepItem>& Scheduler::schedule() {
     const bool all_rows = wants_all_rows(s);
     int32_t matched = 0;
     if (s->pages.empty() && !all_rows) {
-      const int32_t len = static_cast<int32_t>(s->tokens.size());
       // The last token is always recomputed: its logits are what we sample from.
-      matched = pool_.match(s->tokens, (len - 1) / ps, &s->pages, &s->link);
+      const int32_t full_pages = (static_cast<int32_t>(s->tokens.size()) - 1) / ps;
+      matched = pool_.match(s->tokens, full_pages, &s->pages, &s->link);
       s->published = matched;
       s->num_computed = matched * ps;
-      if (matched < (len - 1) / ps && page_in_flight(*s, matched)) {
+      if (matched < full_pages && page_in_flight(*s, matched)) {
         release_pages(s);
         if (++deferred >= options_.max_running) break;
         ++w;

@@ -129,24 +129,20 @@ ModelWeights ModelWeights::from_tensors(const ModelConfig& config, const TensorM
 
 namespace {
 
-// Byte offsets of tensors of `bytes` each in one block, every tensor starting on a 64-byte
-// boundary; the last entry is the block's size.
-std::vector<size_t> block_offsets(const std::vector<size_t>& bytes) {
-  std::vector<size_t> off{0};
-  for (size_t b : bytes) off.push_back(off.back() + (b + 63) / 64 * 64);
-  return off;
-}
-
 // Fills every parameter slot of `w` with a view into one new owned block (huge pages once it
-// is 4 MiB or more, tensor/tensor.h): slot i gets shape params[i].shape and dtype dtypes[i].
-void place_in_one_block(const ModelConfig& config, ModelWeights& w, const std::vector<DType>& dtypes) {
+// is 4 MiB or more, tensor/tensor.h), each starting on a 64-byte boundary: parameter i gets
+// its shape and dtype_of(i).
+template <typename DTypeOf>
+void place_in_one_block(const ModelConfig& config, ModelWeights& w, DTypeOf&& dtype_of) {
   auto params = w.params(config);
-  std::vector<size_t> bytes;
+  std::vector<size_t> offset{0};
+  for (size_t i = 0; i < params.size(); ++i) {
+    const size_t bytes = static_cast<size_t>(shape_numel(params[i].shape)) * dtype_size(dtype_of(i));
+    offset.push_back(offset.back() + (bytes + 63) / 64 * 64);
+  }
+  auto storage = make_host_storage(offset.back());
   for (size_t i = 0; i < params.size(); ++i)
-    bytes.push_back(static_cast<size_t>(shape_numel(params[i].shape)) * dtype_size(dtypes[i]));
-  const std::vector<size_t> off = block_offsets(bytes);
-  auto storage = make_host_storage(off.back());
-  for (size_t i = 0; i < params.size(); ++i) *params[i].tensor = Tensor(storage, off[i], params[i].shape, dtypes[i]);
+    *params[i].tensor = Tensor(storage, offset[i], params[i].shape, dtype_of(i));
   if (config.tie_word_embeddings) w.lm_head = w.embed_tokens;
 }
 
@@ -154,21 +150,17 @@ void place_in_one_block(const ModelConfig& config, ModelWeights& w, const std::v
 
 ModelWeights ModelWeights::allocate(const ModelConfig& config, DType dtype) {
   ModelWeights w;
-  const size_t n = w.params(config).size();
-  place_in_one_block(config, w, std::vector<DType>(n, dtype));
+  place_in_one_block(config, w, [dtype](size_t) { return dtype; });
   return w;
 }
 
 ModelWeights ModelWeights::copy_to_memory(const ModelConfig& config) const {
   const auto src = params(config);
-  std::vector<DType> dtypes;
-  for (const auto& p : src) {
+  for (const auto& p : src)
     ASTRAI_CHECK(p.tensor->defined() && p.tensor->shape() == p.shape, "model weights: parameter \"", p.name,
                  "\" is not set or has the wrong shape");
-    dtypes.push_back(p.tensor->dtype());
-  }
   ModelWeights w;
-  place_in_one_block(config, w, dtypes);
+  place_in_one_block(config, w, [&src](size_t i) { return src[i].tensor->dtype(); });
   const auto dst = w.params(config);
   // Pieces of at most 4 MiB so both threads share even one large tensor (the embedding).
   struct Piece {
