@@ -1,70 +1,52 @@
 #include "kernels/cpu/activation.h"
 
+#include <cstdint>
+
+#include "kernels/cpu/level_table.h"
+#include "kernels/cpu/simd.h"
 #include "kernels/cpu/vec_math.h"
 
-#if defined(__AVX512F__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#include "kernels/cpu/exp512.h"
-#endif
-
-namespace astrai::kernels {
+ASTRAI_KERNELS_BEGIN
 
 namespace {
 constexpr int64_t kParallelMin = 1 << 16;
-constexpr int64_t kChunk = 4096;
+constexpr int64_t kChunk = 4096;  // elements per parallel work item (a multiple of 16)
+
+// fn(i, n) for the 16-lane steps [i, i + n) of [0, total), n <= 16, over fixed chunks split
+// between the threads when there are enough elements: each element's operations never depend
+// on the thread count or on where a step starts.
+template <typename Fn>
+void for_each_step(int64_t total, Fn&& fn) {
+  const int64_t chunks = (total + kChunk - 1) / kChunk;
+#pragma omp parallel for schedule(static) if (total > kParallelMin)
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t end = c * kChunk + kChunk < total ? c * kChunk + kChunk : total;
+    for (int64_t i = c * kChunk; i < end; i += kLanes) fn(i, end - i);
+  }
+}
+
 }  // namespace
 
-// Chunks of fixed size keep the per-element math identical whatever the thread count.
 void swiglu(const float* gate, const float* up, int64_t n, float* out) {
-  const int64_t chunks = (n + kChunk - 1) / kChunk;
-#pragma omp parallel for schedule(static) if (n > kParallelMin)
-  for (int64_t c = 0; c < chunks; ++c) {
-    const int64_t end = c * kChunk + kChunk < n ? c * kChunk + kChunk : n;
-#if defined(__AVX512F__)
-    const __m512 one = _mm512_set1_ps(1.0f);
-    for (int64_t i = c * kChunk; i < end; i += 16) {  // every element by the same vector ops
-      const __mmask16 m = end - i >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << (end - i)) - 1);
-      const __m512 g = _mm512_maskz_loadu_ps(m, gate + i);
-      const __m512 e = exp512(_mm512_sub_ps(_mm512_setzero_ps(), g));
-      const __m512 silu = _mm512_div_ps(g, _mm512_add_ps(one, e));
-      _mm512_mask_storeu_ps(out + i, m, _mm512_mul_ps(silu, _mm512_maskz_loadu_ps(m, up + i)));
-    }
-#else
-    for (int64_t i = c * kChunk; i < end; ++i) {
-      const float g = gate[i];
-      out[i] = g / (1.0f + exp_approx(-g)) * up[i];
-    }
-#endif
-  }
+  for_each_step(n, [&](int64_t i, int64_t k) {
+    const Vec16 g = vload_n(gate + i, k);
+    const Vec16 silu = g / (Vec16(1.0f) + exp_approx(Vec16(0.0f) - g));
+    vstore_n(out + i, silu * vload_n(up + i, k), k);
+  });
 }
 
 void mul_sigmoid(float* x, const float* g, int64_t n) {
-  const int64_t chunks = (n + kChunk - 1) / kChunk;
-#pragma omp parallel for schedule(static) if (n > kParallelMin)
-  for (int64_t c = 0; c < chunks; ++c) {
-    const int64_t end = c * kChunk + kChunk < n ? c * kChunk + kChunk : n;
-#if defined(__AVX512F__)
-    const __m512 one = _mm512_set1_ps(1.0f);
-    for (int64_t i = c * kChunk; i < end; i += 16) {
-      const __mmask16 m = end - i >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << (end - i)) - 1);
-      const __m512 e = exp512(_mm512_sub_ps(_mm512_setzero_ps(), _mm512_maskz_loadu_ps(m, g + i)));
-      const __m512 sig = _mm512_div_ps(one, _mm512_add_ps(one, e));
-      _mm512_mask_storeu_ps(x + i, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + i), sig));
-    }
-#else
-    for (int64_t i = c * kChunk; i < end; ++i) x[i] = x[i] * (1.0f / (1.0f + exp_approx(-g[i])));
-#endif
-  }
+  for_each_step(n, [&](int64_t i, int64_t k) { vstore_n(x + i, vload_n(x + i, k) * sigmoid(vload_n(g + i, k)), k); });
 }
 
 void add_inplace(float* y, const float* x, int64_t n) {
-  const int64_t chunks = (n + kChunk - 1) / kChunk;
-#pragma omp parallel for schedule(static) if (n > kParallelMin)
-  for (int64_t c = 0; c < chunks; ++c) {
-    const int64_t end = c * kChunk + kChunk < n ? c * kChunk + kChunk : n;
-    for (int64_t i = c * kChunk; i < end; ++i) y[i] += x[i];
-  }
+  for_each_step(n, [&](int64_t i, int64_t k) { vstore_n(y + i, vload_n(y + i, k) + vload_n(x + i, k), k); });
 }
 
-}  // namespace astrai::kernels
+void fill_activation(KernelTable& t) {
+  t.swiglu = &swiglu;
+  t.mul_sigmoid = &mul_sigmoid;
+  t.add_inplace = &add_inplace;
+}
+
+ASTRAI_KERNELS_END

@@ -1,19 +1,16 @@
 #include "kernels/cpu/attention.h"
 
-// GCC 12's AVX-512 headers (_mm512_undefined_ps) trip the uninitialized warnings.
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-
 #include <omp.h>
 
 #include <algorithm>
 #include <cmath>
 
-#include "kernels/cpu/attention_simd.h"  // with exp512.h and immintrin.h on AVX-512 builds
+#include "kernels/cpu/attention_simd.h"
+#include "kernels/cpu/level_table.h"
+#include "kernels/cpu/simd.h"
 #include "kernels/cpu/vec_math.h"
-#include "kernels/cpu/vexp.h"
 
-namespace astrai::kernels {
+ASTRAI_KERNELS_BEGIN
 
 namespace {
 
@@ -25,103 +22,87 @@ constexpr int64_t kTokenBlock = 4;
 constexpr int64_t kChunk = 64;
 
 
-// The hot loops, one version per build. Each output is a fixed sequence of operations that
-// depends only on its own query row and key positions, never on the batch, the blocking, the
-// page size or pointer alignment.
-#if defined(__AVX512F__)
-// s[i] = exp(s[i] - m) in place for i < n; returns their sum (16 lane partial sums, one
-// fixed tree).
-inline float exp_store_sum(float* s, float m, int64_t n) {
-  const __m512 mv = _mm512_set1_ps(m);
-  __m512 acc = _mm512_setzero_ps();
-  for (int64_t i = 0; i < n; i += 16) {
-    const __mmask16 k = tail_mask(n - i);
-    const __m512 e = exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, s + i), mv));
-    acc = _mm512_add_ps(acc, _mm512_maskz_mov_ps(k, e));
-    _mm512_mask_storeu_ps(s + i, k, e);
-  }
-  return _mm512_reduce_add_ps(acc);
-}
+// The V pass: weighted sums of V rows for R query rows at once. Key position j (absolute,
+// p0 + i) goes to the even or odd set of a row's accumulators by its parity, so consecutive keys
+// form independent FMA chains; the sets are kept in the row's acc ([even: nv][odd: nv] Vec16s)
+// between spans and added at the end. Each V vector is loaded once for the R rows. Storing and
+// reloading f32 is exact and a row's operations do not depend on the rows beside it, so the
+// result depends only on the positions, never on how they were split into spans, chunks of
+// dims or groups of rows. Dims go in chunks of at most kPvMaxNv Vec16s so the accumulators of R
+// rows stay in registers:
+//   v4: 8 (2 x 8 x R zmm; R = 3 up to 4 Vec16s, 2 up to 7, else 1);
+//   v3 and neon: 3 for one row (12 ymm / 24 q); generic: 8, one row.
+#if defined(ASTRAI_ISA_V4)
+constexpr int64_t kPvMaxNv = 8;
+constexpr int pv_rows(int64_t nv) { return 2 * nv * 3 + 4 <= 32 ? 3 : 2 * nv * 2 + 4 <= 32 ? 2 : 1; }
+#elif defined(ASTRAI_ISA_GENERIC)
+constexpr int64_t kPvMaxNv = 8;
+constexpr int pv_rows(int64_t) { return 1; }
+#else
+constexpr int64_t kPvMaxNv = 3;
+constexpr int pv_rows(int64_t) { return 1; }
+#endif
 
-inline float exp_one(float x) { return _mm512_cvtss_f32(exp512(_mm512_set1_ps(x))); }
-
-// Weighted sum of V rows for R query rows at once: key position j (absolute, p0 + i) goes
-// to the even or odd set of a row's accumulators by its parity, so consecutive keys form
-// independent FMA chains; the sets are kept in acc[r] ([2][NV][16] floats) between spans and
-// added at the end. Each V vector is loaded once for the R rows. Storing and reloading f32 is
-// exact and a row's operations do not depend on the rows beside it, so the result depends
-// only on the positions, never on how they were split into spans or grouped into rows.
 template <int NV, int R, typename E>
-inline void pv_key(const float* const* p, int64_t i, const E* row, __mmask16 last, __m512 (*acc)[NV]) {
-  __m512 pv[R];
+inline void pv_key(const float* const* p, int64_t i, const E* row, int64_t last_n, Vec16 (*acc)[NV]) {
+  Vec16 pv[R];
 #pragma GCC unroll 3
-  for (int r = 0; r < R; ++r) pv[r] = _mm512_set1_ps(p[r][i]);
+  for (int r = 0; r < R; ++r) pv[r] = Vec16(p[r][i]);
 #pragma GCC unroll 8
   for (int j = 0; j < NV; ++j) {
-    const __m512 v = load_row16(row + 16 * j, j < NV - 1 ? __mmask16{0xffff} : last);
+    const Vec16 v = j < NV - 1 ? vload_elem(row + 16 * j) : vload_elem_n(row + 16 * j, last_n);
 #pragma GCC unroll 3
-    for (int r = 0; r < R; ++r) acc[r][j] = _mm512_fmadd_ps(pv[r], v, acc[r][j]);
+    for (int r = 0; r < R; ++r) acc[r][j] = vfma(pv[r], v, acc[r][j]);
   }
 }
 
+// Positions [p0, p0 + n) (V rows vr + i * stride, NV Vec16s of dims, the last holding last_n of
+// them) into the accumulators acc[r] (even set) and acc[r] + odd (odd set).
 template <int NV, int R, typename E>
-void pv_span(const float* const* p, int64_t p0, int64_t n, const E* vr, int64_t stride, __mmask16 last,
-             float* const* acc) {
-  __m512 even[R][NV], odd[R][NV];
+void pv_span(const float* const* p, int64_t p0, int64_t n, const E* vr, int64_t stride, int64_t last_n,
+             float* const* acc, int64_t odd) {
+  Vec16 even[R][NV], odds[R][NV];
 #pragma GCC unroll 3
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 8
     for (int j = 0; j < NV; ++j) {
-      even[r][j] = _mm512_loadu_ps(acc[r] + 16 * j);
-      odd[r][j] = _mm512_loadu_ps(acc[r] + 16 * (NV + j));
+      even[r][j] = vload(acc[r] + 16 * j);
+      odds[r][j] = vload(acc[r] + odd + 16 * j);
     }
   int64_t i = 0;
   if (n > 0 && (p0 & 1)) {
-    pv_key<NV, R, E>(p, 0, vr, last, odd);
+    pv_key<NV, R, E>(p, 0, vr, last_n, odds);
     i = 1;
   }
   for (; i + 1 < n; i += 2) {
-    pv_key<NV, R, E>(p, i, vr + i * stride, last, even);
-    pv_key<NV, R, E>(p, i + 1, vr + (i + 1) * stride, last, odd);
+    pv_key<NV, R, E>(p, i, vr + i * stride, last_n, even);
+    pv_key<NV, R, E>(p, i + 1, vr + (i + 1) * stride, last_n, odds);
   }
-  if (i < n) pv_key<NV, R, E>(p, i, vr + i * stride, last, even);
+  if (i < n) pv_key<NV, R, E>(p, i, vr + i * stride, last_n, even);
 #pragma GCC unroll 3
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 8
     for (int j = 0; j < NV; ++j) {
-      _mm512_storeu_ps(acc[r] + 16 * j, even[r][j]);
-      _mm512_storeu_ps(acc[r] + 16 * (NV + j), odd[r][j]);
+      vstore(acc[r] + 16 * j, even[r][j]);
+      vstore(acc[r] + odd + 16 * j, odds[r][j]);
     }
 }
 
 template <typename E>
-using PvSpanFn = void (*)(const float* const*, int64_t, int64_t, const E*, int64_t, __mmask16, float* const*);
-
-// The V-pass kernel for v_dim in (16 * (NV - 1), 16 * NV] and up to R rows, or null (wider
-// than 128: att_axpy path). R is capped so the 2 * NV * R accumulators stay in registers.
-template <int NV>
-constexpr int kPvRows = 2 * NV * 3 + 4 <= 32 ? 3 : 2 * NV * 2 + 4 <= 32 ? 2 : 1;
+using PvSpanFn = void (*)(const float* const*, int64_t, int64_t, const E*, int64_t, int64_t, float* const*, int64_t);
 
 template <int NV, typename E>
 PvSpanFn<E> pv_span_for(int64_t rows) {
-  if (rows >= 3 && kPvRows<NV> >= 3) return &pv_span<NV, (kPvRows<NV> >= 3 ? 3 : 1), E>;
-  if (rows >= 2 && kPvRows<NV> >= 2) return &pv_span<NV, (kPvRows<NV> >= 2 ? 2 : 1), E>;
-  return &pv_span<NV, 1, E>;
-}
-
-int64_t pv_rows(int64_t nv) {
-  switch (nv) {
-    case 1: return kPvRows<1>;
-    case 2: return kPvRows<2>;
-    case 3: return kPvRows<3>;
-    case 4: return kPvRows<4>;
-    case 5: return kPvRows<5>;
-    case 6: return kPvRows<6>;
-    case 7: return kPvRows<7>;
-    default: return kPvRows<8>;
+  if constexpr (NV > kPvMaxNv) {
+    return nullptr;
+  } else {
+    if (rows >= 3 && pv_rows(NV) >= 3) return &pv_span<NV, (pv_rows(NV) >= 3 ? 3 : 1), E>;
+    if (rows >= 2 && pv_rows(NV) >= 2) return &pv_span<NV, (pv_rows(NV) >= 2 ? 2 : 1), E>;
+    return &pv_span<NV, 1, E>;
   }
 }
 
+// The V-pass kernel for a chunk of nv (<= kPvMaxNv) Vec16s of dims and up to `rows` rows.
 template <typename E>
 PvSpanFn<E> pv_span_fn(int64_t nv, int64_t rows) {
   switch (nv) {
@@ -132,59 +113,34 @@ PvSpanFn<E> pv_span_fn(int64_t nv, int64_t rows) {
     case 5: return pv_span_for<5, E>(rows);
     case 6: return pv_span_for<6, E>(rows);
     case 7: return pv_span_for<7, E>(rows);
-    case 8: return pv_span_for<8, E>(rows);
-    default: return nullptr;
+    default: return pv_span_for<8, E>(rows);
   }
 }
 
-template <typename E>
-inline void att_axpy(float p, const E* x, int64_t n, float* y) {
-  const __m512 pv = _mm512_set1_ps(p);
-  for (int64_t i = 0; i < n; i += 16) {
-    const __mmask16 m = tail_mask(n - i);
-    _mm512_mask_storeu_ps(y + i, m, _mm512_fmadd_ps(pv, load_row16(x + i, m), _mm512_maskz_loadu_ps(m, y + i)));
-  }
-}
-
-// out[0, v_dim) = (even + odd halves of acc, pv_span's layout) * inv.
+// out[0, v_dim) = (even + odd sets of acc) * inv.
 inline void pv_finish(const float* acc, int64_t v_dim, float inv, float* out) {
   const int64_t nv = (v_dim + 15) / 16;
-  const __m512 iv = _mm512_set1_ps(inv);
+  const Vec16 iv(inv);
   for (int64_t j = 0; j < nv; ++j)
-    _mm512_mask_storeu_ps(
-        out + 16 * j, tail_mask(v_dim - 16 * j),
-        _mm512_mul_ps(_mm512_add_ps(_mm512_loadu_ps(acc + 16 * j), _mm512_loadu_ps(acc + 16 * (nv + j))), iv));
+    vstore_n(out + 16 * j, (vload(acc + 16 * j) + vload(acc + 16 * (nv + j))) * iv, v_dim - 16 * j);
 }
-#else
-struct PvUnused {};
-template <typename E>
-using PvSpanFn = PvUnused*;
-template <typename E>
-inline PvSpanFn<E> pv_span_fn(int64_t, int64_t) { return nullptr; }
-inline int64_t pv_rows(int64_t) { return 1; }
-template <typename E>
-inline void att_axpy(float p, const E* x, int64_t n, float* y) {
-  for (int64_t i = 0; i < n; ++i) y[i] += p * widen(x[i]);
-}
-inline float exp_store_sum(float* s, float m, int64_t n) {
-  exp_shifted(s, m, n, s);
-  return sum(s, n);
-}
-inline float exp_one(float x) { return exp_approx(x); }
-#endif
 
-// Requests [p, p + bytes) into L2. An asm statement, not __builtin_prefetch: GCC treats the
-// builtin as free of side effects, so a helper that only prefetches (prefetch_rows) is found
-// pure and its calls are deleted.
-inline void prefetch_l2(const void* p, int64_t bytes) {
-  const char* c = static_cast<const char*>(p);
-  for (int64_t b = 0; b < bytes; b += 64) {
-#if defined(__x86_64__)
-    asm volatile("prefetcht1 %0" : : "m"(c[b]));
-#else
-    __builtin_prefetch(c + b, 0, 2);
-#endif
+// s[i] = exp(s[i] - m) in place for i < n; returns their sum (16 lane partial sums, the tree).
+inline float exp_store_sum(float* s, float m, int64_t n) {
+  const Vec16 mv(m);
+  Vec16 acc = vzero();
+  for (int64_t i = 0; i < n; i += kLanes) {
+    const Vec16 e = exp_approx(vload_n(s + i, n - i) - mv);
+    acc = acc + vkeep(e, n - i);
+    vstore_n(s + i, e, n - i);
   }
+  return vsum(acc);
+}
+
+// Requests [p, p + bytes) into L2.
+inline void prefetch_bytes(const void* p, int64_t bytes) {
+  const char* c = static_cast<const char*>(p);
+  for (int64_t b = 0; b < bytes; b += 64) prefetch_l2(c + b);
 }
 
 // Calls fn(first_position, count, k_rows, v_rows, k_stride, v_stride) for consecutive runs
@@ -227,8 +183,8 @@ inline void prefetch_rows(const KvSource& kv, const AttentionSeq& s, int64_t kv_
                           int64_t c0, int64_t c1, bool k, bool v) {
   if (kv.page_size == 0 || c0 >= c1) return;  // the batch's own rows: sequential, prefetched by hardware
   for_each_kv_run<E>(kv, s, kv_head, d, c0, c1, [&](int64_t, int64_t n, const E* kr, const E* vr, int64_t, int64_t) {
-    if (k) prefetch_l2(kr, n * d.qk_dim * static_cast<int64_t>(sizeof(E)));
-    if (v) prefetch_l2(vr, n * d.v_dim * static_cast<int64_t>(sizeof(E)));
+    if (k) prefetch_bytes(kr, n * d.qk_dim * static_cast<int64_t>(sizeof(E)));
+    if (v) prefetch_bytes(vr, n * d.v_dim * static_cast<int64_t>(sizeof(E)));
   });
 }
 
@@ -246,9 +202,9 @@ struct ItemScratch {
 // grew. Every step is a fixed function of the row's own scores, so a row's result depends
 // only on its positions and the fixed chunk boundaries.
 inline void online_softmax(float* s, int64_t n, float& max, float& sum, float* acc, int64_t acc_len) {
-  const float m = std::max(max, vmax(s, n));
+  const float m = std::max(max, max_value(s, n));
   if (m > max && sum > 0.0f) {
-    const float alpha = exp_one(max - m);
+    const float alpha = exp_approx(max - m);
     for (int64_t i = 0; i < acc_len; ++i) acc[i] *= alpha;
     sum *= alpha;
   }
@@ -270,15 +226,26 @@ void attend_block(const float* q, const KvSource& kv, const AttentionSeq& s, int
   const int64_t len_max = len0 + nt - 1;
   const QueryBlock qb{q + (t0 * d.num_heads + kvh * groups) * d.qk_dim, nt, groups, d.num_heads * d.qk_dim, d.qk_dim};
   const int64_t nv = (d.v_dim + 15) / 16;
-  // The V-pass kernels for 1..row_group rows, chosen once per work item (null: v_dim over 128
-  // or no AVX-512, the att_axpy path, one row at a time).
-  const int64_t row_group = pv_span_fn<E>(nv, 1) != nullptr ? pv_rows(nv) : 1;
-  PvSpanFn<E> span[4] = {};
-  for (int64_t r = 1; r <= row_group; ++r) span[r] = pv_span_fn<E>(nv, r);
-  const bool simd = span[1] != nullptr;
-#if defined(__AVX512F__)
-  const __mmask16 last = tail_mask(d.v_dim - 16 * (nv - 1));
-#endif
+  // The V-pass kernels for 1..row_group rows of a chunk of dims, chosen once per work item.
+  const int64_t chunk_nv = std::min(nv, kPvMaxNv);
+  const int64_t row_group = pv_rows(chunk_nv);
+  PvSpanFn<E> span[4][2] = {};  // [rows][0: a full chunk, 1: the last chunk]
+  const int64_t last_nv = nv - (nv - 1) / kPvMaxNv * kPvMaxNv;  // Vec16s in the last chunk
+  for (int64_t r = 1; r <= row_group; ++r) {
+    span[r][0] = pv_span_fn<E>(chunk_nv, r);
+    span[r][1] = pv_span_fn<E>(last_nv, r);
+  }
+  const int64_t last_n = d.v_dim - 16 * (nv - 1);  // dims in the last Vec16
+  // acc[r] + 16 * j0 for the chunk of dims starting at Vec16 j0; its odd set is 16 * nv further.
+  const auto v_pass = [&](int64_t nr, const float* const* p, int64_t p0, int64_t n, const E* vr, int64_t vs,
+                          float* const* a) {
+    for (int64_t j0 = 0; j0 < nv; j0 += kPvMaxNv) {
+      const bool last = j0 + kPvMaxNv >= nv;
+      float* aj[3];
+      for (int64_t i = 0; i < nr; ++i) aj[i] = a[i] + 16 * j0;
+      span[nr][last ? 1 : 0](p, p0, n, vr + 16 * j0, vs, last ? last_n : 16, aj, 16 * nv);
+    }
+  };
   std::fill(w.acc, w.acc + rows * w.acc_stride, 0.0f);
   std::fill(w.max, w.max + rows, -INFINITY);
   std::fill(w.sum, w.sum + rows, 0.0f);
@@ -305,28 +272,20 @@ void attend_block(const float* q, const KvSource& kv, const AttentionSeq& s, int
       // remaining positions (causal prefill blocks) go alone.
       for (int64_t r0 = 0; r0 < rows; r0 += row_group) {
         const int64_t nr = std::min(row_group, rows - r0);
-        const int64_t common = simd ? std::clamp<int64_t>(len0 + r0 / groups - p0, 0, n) : 0;  // shortest row
+        const int64_t common = std::clamp<int64_t>(len0 + r0 / groups - p0, 0, n);  // shortest row
         const float* p[3];
         float* a[3];
         for (int64_t i = 0; i < nr; ++i) {
           p[i] = w.scores + (r0 + i) * kChunk + (p0 - c0);
           a[i] = w.acc + (r0 + i) * w.acc_stride;
         }
-#if defined(__AVX512F__)
-        if (common > 0) span[nr](p, p0, common, vr, vs, last, a);
-#endif
+        if (common > 0) v_pass(nr, p, p0, common, vr, vs, a);
         for (int64_t i = 0; i < nr; ++i) {
           const int64_t to = std::min(n, len0 + (r0 + i) / groups - p0);
           if (common >= to) continue;
-#if defined(__AVX512F__)
-          if (simd) {
-            const float* pi[1] = {p[i] + common};
-            float* ai[1] = {a[i]};
-            span[1](pi, p0 + common, to - common, vr + common * vs, vs, last, ai);
-            continue;
-          }
-#endif
-          for (int64_t k = common; k < to; ++k) att_axpy(p[i][k], vr + k * vs, d.v_dim, a[i]);
+          const float* pi[1] = {p[i] + common};
+          float* ai[1] = {a[i]};
+          v_pass(1, pi, p0 + common, to - common, vr + common * vs, vs, ai);
         }
       }
     });
@@ -334,16 +293,7 @@ void attend_block(const float* q, const KvSource& kv, const AttentionSeq& s, int
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t row = (t0 + r / groups) * d.num_heads + kvh * groups + r % groups;
     if (lse) lse[row] = w.max[r] + std::log(w.sum[r]);
-    const float inv = 1.0f / w.sum[r];
-    float* o = out + row * d.v_dim;
-    const float* a = w.acc + r * w.acc_stride;
-#if defined(__AVX512F__)
-    if (simd) {
-      pv_finish(a, d.v_dim, inv, o);
-      continue;
-    }
-#endif
-    for (int64_t i = 0; i < d.v_dim; ++i) o[i] = a[i] * inv;
+    pv_finish(w.acc + r * w.acc_stride, d.v_dim, 1.0f / w.sum[r], out + row * d.v_dim);
   }
 }
 
@@ -385,4 +335,21 @@ void attention(const float* q, const KvSource& kv, const AttentionSeq* seqs, int
   }
 }
 
-}  // namespace astrai::kernels
+// The inference kernel over the batch's own K/V, one sequence per document, plus the
+// log-sum-exp of every row (training saves it for the backward).
+void attention_forward_train(const float* q, const float* k, const float* v, const std::vector<AttnSpan>& spans,
+                             const AttnShape& s, float* out, float* lse) {
+  thread_local std::vector<AttentionSeq> seqs;
+  thread_local AttentionScratch scratch;
+  seqs.clear();
+  for (const AttnSpan& sp : spans) seqs.push_back(AttentionSeq{sp.begin, sp.len, 0, nullptr});
+  const AttentionDims d{s.heads, s.kv_heads, s.qk_dim, s.v_dim, s.scale};
+  ASTRAI_ISA::attention(q, KvSource{k, v, 0}, seqs.data(), static_cast<int64_t>(seqs.size()), d, out, scratch, lse);
+}
+
+void fill_attention(KernelTable& t) {
+  t.attention = &attention;
+  t.attention_forward_train = &attention_forward_train;
+}
+
+ASTRAI_KERNELS_END

@@ -1,15 +1,15 @@
 #include "kernels/cpu/attention_backward.h"
 
-#include "kernels/cpu/attention.h"
-#include "kernels/cpu/attention_simd.h"
-#include "kernels/cpu/vexp.h"
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <limits>
+#include <vector>
 
-namespace astrai::kernels {
+#include "kernels/cpu/attention_simd.h"
+#include "kernels/cpu/level_table.h"
+#include "kernels/cpu/vec_math.h"
+
+ASTRAI_KERNELS_BEGIN
 
 namespace {
 
@@ -19,19 +19,6 @@ inline void axpy(float alpha, const float* x, float* y, int64_t n) {
 }
 
 }  // namespace
-
-// The inference kernel (attention.cc) over the batch's own K/V, one sequence per document:
-// the same blocked, vectorised loops, plus the log-sum-exp of every row.
-void attention_forward_train(const float* q, const float* k, const float* v,
-                             const std::vector<AttnSpan>& spans, const AttnShape& s, float* out,
-                             float* lse) {
-  thread_local std::vector<AttentionSeq> seqs;
-  thread_local AttentionScratch scratch;
-  seqs.clear();
-  for (const AttnSpan& sp : spans) seqs.push_back(AttentionSeq{sp.begin, sp.len, 0, nullptr});
-  const AttentionDims d{s.heads, s.kv_heads, s.qk_dim, s.v_dim, s.scale};
-  attention(q, KvSource{k, v, 0}, seqs.data(), static_cast<int64_t>(seqs.size()), d, out, scratch, lse);
-}
 
 void attention_backward(const float* dout, const float* q, const float* k, const float* v,
                         const float* out, const float* lse, const std::vector<AttnSpan>& spans,
@@ -82,4 +69,6 @@ void attention_backward(const float* dout, const float* q, const float* k, const
   }
 }
 
-}  // namespace astrai::kernels
+void fill_attention_backward(KernelTable& t) { t.attention_backward = &attention_backward; }
+
+ASTRAI_KERNELS_END

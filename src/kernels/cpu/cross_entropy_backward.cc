@@ -1,31 +1,35 @@
 #include "kernels/cpu/cross_entropy_backward.h"
 
-// GCC 12's AVX-512 headers (_mm512_undefined_ps) trip the uninitialized warnings (vexp.h).
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-
 #include <algorithm>
 #include <cmath>
-#include <vector>
 
-#include "kernels/cpu/vexp.h"
+#include "kernels/cpu/level_table.h"
+#include "kernels/cpu/simd.h"
+#include "kernels/cpu/vec_math.h"
 
-namespace astrai::kernels {
+ASTRAI_KERNELS_BEGIN
 
 namespace {
 
+// Σ exp(z[i] - shift) over i < n: 16 lane partial sums, then the tree.
+float exp_shift_sum(const float* z, float shift, int64_t n) {
+  const Vec16 s(shift);
+  Vec16 acc = vzero();
+  for (int64_t i = 0; i < n; i += kLanes) acc = acc + vkeep(exp_approx(vload_n(z + i, n - i) - s), n - i);
+  return vsum(acc);
+}
+
 // max and log Σ exp(z − max) of one row.
-inline void row_stats(const float* z, int64_t vocab, float* max_out, float* lse_out) {
-  const float m = vmax(z, vocab);
+void row_stats(const float* z, int64_t vocab, float* max_out, float* lse_out) {
+  const float m = max_value(z, vocab);
   *max_out = m;
   *lse_out = m + std::log(exp_shift_sum(z, m, vocab));
 }
 
 }  // namespace
 
-double cross_entropy_forward_backward(const float* logits, const int32_t* targets, int64_t rows,
-                                      int64_t vocab, float eps, float grad_scale, float* row_loss,
-                                      float* dlogits) {
+double cross_entropy_forward_backward(const float* logits, const int32_t* targets, int64_t rows, int64_t vocab,
+                                      float eps, float grad_scale, float* row_loss, float* dlogits) {
 #pragma omp parallel for schedule(static)
   for (int64_t t = 0; t < rows; ++t) {
     const float* z = logits + t * vocab;
@@ -38,12 +42,7 @@ double cross_entropy_forward_backward(const float* logits, const int32_t* target
     float m, lse;
     row_stats(z, vocab, &m, &lse);
     float loss = (1.0f - eps) * (lse - z[y]);
-    if (eps != 0.0f) {
-      float sum_z = 0.0f;
-#pragma omp simd reduction(+ : sum_z)
-      for (int64_t c = 0; c < vocab; ++c) sum_z += z[c];
-      loss += eps * (lse - sum_z / static_cast<float>(vocab));
-    }
+    if (eps != 0.0f) loss += eps * (lse - sum(z, vocab) / static_cast<float>(vocab));
     row_loss[t] = loss;
     if (dlogits != nullptr) {
       const float uniform = eps / static_cast<float>(vocab);
@@ -58,8 +57,7 @@ double cross_entropy_forward_backward(const float* logits, const int32_t* target
   return total;
 }
 
-void token_logprobs(const float* logits, const int32_t* targets, int64_t rows, int64_t vocab,
-                    float* logp) {
+void token_logprobs(const float* logits, const int32_t* targets, int64_t rows, int64_t vocab, float* logp) {
 #pragma omp parallel for schedule(static)
   for (int64_t t = 0; t < rows; ++t) {
     if (targets[t] < 0) {
@@ -72,8 +70,8 @@ void token_logprobs(const float* logits, const int32_t* targets, int64_t rows, i
   }
 }
 
-void token_logprobs_backward(const float* logits, const int32_t* targets, const float* dlogp,
-                             int64_t rows, int64_t vocab, float* dlogits) {
+void token_logprobs_backward(const float* logits, const int32_t* targets, const float* dlogp, int64_t rows,
+                             int64_t vocab, float* dlogits) {
 #pragma omp parallel for schedule(static)
   for (int64_t t = 0; t < rows; ++t) {
     const float* z = logits + t * vocab;
@@ -92,4 +90,10 @@ void token_logprobs_backward(const float* logits, const int32_t* targets, const 
   }
 }
 
-}  // namespace astrai::kernels
+void fill_cross_entropy(KernelTable& t) {
+  t.cross_entropy_forward_backward = &cross_entropy_forward_backward;
+  t.token_logprobs = &token_logprobs;
+  t.token_logprobs_backward = &token_logprobs_backward;
+}
+
+ASTRAI_KERNELS_END

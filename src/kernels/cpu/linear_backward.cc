@@ -1,8 +1,10 @@
 #include "kernels/cpu/linear_backward.h"
 
+#include "kernels/cpu/level_table.h"
+
 #include <cblas.h>
 
-namespace astrai::kernels {
+ASTRAI_KERNELS_BEGIN
 
 void linear_f32(const float* x, int64_t m, const float* w, int64_t n, int64_t k, const float* bias,
                 float* y) {
@@ -41,4 +43,9 @@ void linear_backward_f32(const float* dy, const float* x, int64_t m, const float
   }
 }
 
-}  // namespace astrai::kernels
+void fill_linear_backward(KernelTable& t) {
+  t.linear_f32 = &linear_f32;
+  t.linear_backward_f32 = &linear_backward_f32;
+}
+
+ASTRAI_KERNELS_END

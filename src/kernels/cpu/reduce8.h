@@ -1,19 +1,19 @@
-// reduce8: the 16 lanes of each of 8 vectors summed by one fixed tree, 8 results at once
-// (15 shuffles and 15 adds for 8 sums). Shared by the linear and attention kernels, whose
-// batch invariance rests on every output being reduced by this same tree: lane i + lane i+8,
-// then i + i+4, i + i+2, i + i+1 (the order GCC's _mm512_reduce_add_ps also uses).
+// reduce8 (v4 only): the 16 lanes of each of 8 vectors summed by the contract's tree, 8 results
+// at once (15 shuffles and 15 adds for 8 sums, where 8 separate trees take 56 operations).
+// Lane i + lane i+8, then i + i+4, i + i+2, i + i+1: the order vsum (simd.h) uses on every level.
 #pragma once
+
+#if defined(ASTRAI_ISA_V4)
 
 #include <immintrin.h>
 
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
+#include "kernels/cpu/level.h"
+#include "kernels/cpu/simd.h"
 
-namespace astrai::kernels {
+ASTRAI_KERNELS_BEGIN
 
-// out[c] = fixed-tree sum of the 16 lanes of v[c], c < 8. Lanes of different v never mix, so
-// each output's value does not depend on what the other seven inputs hold.
+// out[c] = tree sum of the 16 lanes of v[c], c < 8. Lanes of different v never mix, so each
+// output's value does not depend on what the other seven inputs hold.
 // Takes the vectors by value: a caller's accumulator array whose address reached this
 // function would be kept in memory, with a store per FMA in the caller's loop.
 inline __m256 reduce8(__m512 v0, __m512 v1, __m512 v2, __m512 v3, __m512 v4, __m512 v5, __m512 v6, __m512 v7) {
@@ -41,6 +41,6 @@ inline __m256 reduce8(__m512 v0, __m512 v1, __m512 v2, __m512 v3, __m512 v4, __m
   return _mm512_castps512_ps256(_mm512_permutexvar_ps(order, f));
 }
 
-}  // namespace astrai::kernels
+ASTRAI_KERNELS_END
 
-#pragma GCC diagnostic pop
+#endif

@@ -1,10 +1,12 @@
 #include "kernels/cpu/rmsnorm.h"
 
+#include "kernels/cpu/level_table.h"
+
 #include <cmath>
 
 #include "kernels/cpu/vec_math.h"
 
-namespace astrai::kernels {
+ASTRAI_KERNELS_BEGIN
 
 namespace {
 
@@ -36,4 +38,9 @@ void add_rmsnorm(float* x, const float* delta, int64_t rows, int64_t dim, const 
   }
 }
 
-}  // namespace astrai::kernels
+void fill_rmsnorm(KernelTable& t) {
+  t.rmsnorm = &rmsnorm;
+  t.add_rmsnorm = &add_rmsnorm;
+}
+
+ASTRAI_KERNELS_END

@@ -1,11 +1,13 @@
 #include "kernels/cpu/rmsnorm_backward.h"
 
+#include "kernels/cpu/level_table.h"
+
 #include <omp.h>
 
 #include <cmath>
 #include <vector>
 
-namespace astrai::kernels {
+ASTRAI_KERNELS_BEGIN
 
 void rmsnorm_forward_train(const float* x, const float* w, int64_t rows, int64_t dim, float eps,
                            float* y, float* rstd) {
@@ -51,4 +53,9 @@ void rmsnorm_backward(const float* dy, const float* x, const float* w, const flo
     for (int64_t i = 0; i < dim; ++i) dw[i] += partial[static_cast<size_t>(t) * dim + i];
 }
 
-}  // namespace astrai::kernels
+void fill_rmsnorm_backward(KernelTable& t) {
+  t.rmsnorm_forward_train = &rmsnorm_forward_train;
+  t.rmsnorm_backward = &rmsnorm_backward;
+}
+
+ASTRAI_KERNELS_END

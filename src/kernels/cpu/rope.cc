@@ -1,8 +1,10 @@
 #include "kernels/cpu/rope.h"
 
+#include "kernels/cpu/level_table.h"
+
 #include <cmath>
 
-namespace astrai::kernels {
+ASTRAI_KERNELS_BEGIN
 
 void rope_sincos(const double* inv_freq, int64_t half, const int32_t* positions, int64_t n, bool f32_angle,
                  float* cos, float* sin) {
@@ -48,4 +50,9 @@ void rope_rotate(float* x, int64_t tokens, int64_t heads, int64_t head_stride, i
   }
 }
 
-}  // namespace astrai::kernels
+void fill_rope(KernelTable& t) {
+  t.rope_sincos = &rope_sincos;
+  t.rope_rotate = &rope_rotate;
+}
+
+ASTRAI_KERNELS_END

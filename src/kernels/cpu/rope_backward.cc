@@ -1,7 +1,9 @@
 #include "kernels/cpu/rope_backward.h"
 
+#include "kernels/cpu/level_table.h"
 
-namespace astrai::kernels {
+
+ASTRAI_KERNELS_BEGIN
 
 void rope_apply(float* x, const int32_t* positions, int64_t tokens, int64_t heads,
                 int64_t head_dim, int64_t rot_dim, RopePairing pairing, const RopeTable& table,
@@ -26,4 +28,6 @@ void rope_apply(float* x, const int32_t* positions, int64_t tokens, int64_t head
   }
 }
 
-}  // namespace astrai::kernels
+void fill_rope_backward(KernelTable& t) { t.rope_apply = &rope_apply; }
+
+ASTRAI_KERNELS_END

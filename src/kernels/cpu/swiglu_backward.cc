@@ -3,62 +3,55 @@
 #include <algorithm>
 #include <cmath>
 
-#include "kernels/cpu/vexp.h"
+#include "kernels/cpu/level_table.h"
+#include "kernels/cpu/simd.h"
+#include "kernels/cpu/vec_math.h"
 
-namespace astrai::kernels {
+ASTRAI_KERNELS_BEGIN
 
 namespace {
-constexpr int64_t kChunk = 4096;  // elements per parallel work item (16-lane aligned)
-}
+constexpr int64_t kChunk = 4096;  // elements per parallel work item (a multiple of 16)
 
-void swiglu_forward_train(const float* a, const float* b, int64_t n, float* h) {
-  const int64_t chunks = (n + kChunk - 1) / kChunk;
+// fn(i, n) for the 16-lane steps [i, i + n) of [0, total), n <= 16, over fixed chunks.
+template <typename Fn>
+void for_each_step(int64_t total, Fn&& fn) {
+  const int64_t chunks = (total + kChunk - 1) / kChunk;
 #pragma omp parallel for schedule(static)
   for (int64_t c = 0; c < chunks; ++c) {
-    const int64_t end = std::min(n, (c + 1) * kChunk);
-#if defined(__AVX512F__)
-    for (int64_t i = c * kChunk; i < end; i += 16) {
-      const __mmask16 k = tail_mask(end - i);
-      const __m512 av = _mm512_maskz_loadu_ps(k, a + i);
-      const __m512 silu = _mm512_mul_ps(av, sigmoid16(av));
-      _mm512_mask_storeu_ps(h + i, k, _mm512_mul_ps(silu, _mm512_maskz_loadu_ps(k, b + i)));
-    }
-#else
-    for (int64_t i = c * kChunk; i < end; ++i) h[i] = a[i] / (1.0f + exp_approx(-a[i])) * b[i];
-#endif
+    const int64_t end = std::min(total, (c + 1) * kChunk);
+    for (int64_t i = c * kChunk; i < end; i += kLanes) fn(i, end - i);
   }
+}
+}  // namespace
+
+void swiglu_forward_train(const float* a, const float* b, int64_t n, float* h) {
+  for_each_step(n, [&](int64_t i, int64_t k) {
+    const Vec16 av = vload_n(a + i, k);
+    vstore_n(h + i, av * sigmoid(av) * vload_n(b + i, k), k);
+  });
 }
 
 void swiglu_backward(const float* dh, const float* a, const float* b, int64_t n, float* da, float* db) {
-  const int64_t chunks = (n + kChunk - 1) / kChunk;
-#pragma omp parallel for schedule(static)
-  for (int64_t c = 0; c < chunks; ++c) {
-    const int64_t end = std::min(n, (c + 1) * kChunk);
-#if defined(__AVX512F__)
-    const __m512 one = _mm512_set1_ps(1.0f);
-    for (int64_t i = c * kChunk; i < end; i += 16) {
-      const __mmask16 k = tail_mask(end - i);
-      const __m512 av = _mm512_maskz_loadu_ps(k, a + i), bv = _mm512_maskz_loadu_ps(k, b + i);
-      const __m512 g = _mm512_maskz_loadu_ps(k, dh + i);
-      const __m512 sg = sigmoid16(av);
-      // da = g * b * sg * (1 + a * (1 - sg)), db = g * a * sg
-      const __m512 t = _mm512_fmadd_ps(av, _mm512_sub_ps(one, sg), one);
-      _mm512_mask_storeu_ps(da + i, k, _mm512_mul_ps(_mm512_mul_ps(_mm512_mul_ps(g, bv), sg), t));
-      _mm512_mask_storeu_ps(db + i, k, _mm512_mul_ps(g, _mm512_mul_ps(av, sg)));
-    }
-#else
-    for (int64_t i = c * kChunk; i < end; ++i) {
-      const float sg = 1.0f / (1.0f + exp_approx(-a[i]));
-      da[i] = dh[i] * b[i] * sg * (1.0f + a[i] * (1.0f - sg));
-      db[i] = dh[i] * a[i] * sg;
-    }
-#endif
-  }
+  const Vec16 one(1.0f);
+  for_each_step(n, [&](int64_t i, int64_t k) {
+    const Vec16 av = vload_n(a + i, k), bv = vload_n(b + i, k), g = vload_n(dh + i, k);
+    const Vec16 sg = sigmoid(av);
+    // da = g * b * sg * (1 + a * (1 - sg)), db = g * a * sg
+    const Vec16 t = vfma(av, one - sg, one);
+    vstore_n(da + i, g * bv * sg * t, k);
+    vstore_n(db + i, g * (av * sg), k);
+  });
 }
 
 void sigmoid_forward(const float* x, int64_t n, float* g) {
-#pragma omp parallel for simd schedule(static)
+#pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < n; ++i) g[i] = 1.0f / (1.0f + std::exp(-x[i]));
 }
 
-}  // namespace astrai::kernels
+void fill_swiglu_backward(KernelTable& t) {
+  t.swiglu_forward_train = &swiglu_forward_train;
+  t.swiglu_backward = &swiglu_backward;
+  t.sigmoid_forward = &sigmoid_forward;
+}
+
+ASTRAI_KERNELS_END

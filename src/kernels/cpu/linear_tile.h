@@ -1,0 +1,250 @@
+// Register tiles of the linear kernel (matmul.cc) for the SIMD levels, written once over Vec16
+// with a shape per level. A tile computes MR rows of x against NR rows of W over one K block
+// (kc <= kKb) and adds the block's contribution to y in the contract's order (matmul.cc): one
+// Vec16 accumulator per output, one fused multiply-add per 16-wide step, the K tail
+// zero-padded, the 16 lanes summed by the fixed tree. Tiling only decides which outputs share
+// loads; the operations per output are the same in every tile, on every level.
+//
+// Shapes (accumulators must stay in registers):
+//   v4   (32 zmm): groups of 8 W rows; tiles 1-3 rows of x x 8 W rows (24 accumulators + 3 x
+//        + 1 W), the 8 sums of a row reduced together (reduce8).
+//   v3   (16 ymm, a Vec16 is two): groups of 6 W rows; tiles 1 x 6 or 2 x 3: 12 ymm
+//        accumulators, and each 16-wide step done a part (8 lanes) at a time, so only 1-2 x
+//        parts and one W part need registers besides them.
+//   neon (32 q, a Vec16 is four): as v3, a part being 4 lanes (24 q accumulators).
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+#include "kernels/cpu/level.h"
+#include "kernels/cpu/reduce8.h"
+#include "kernels/cpu/simd.h"
+#include "tensor/dtype.h"
+
+ASTRAI_KERNELS_BEGIN
+
+#if defined(ASTRAI_ISA_V4)
+constexpr int kGroup = 8;    // W rows per group: the unit of threading, packing and prefetching
+constexpr int kMaxRows = 3;  // x rows per tile
+constexpr int sub_rows(int64_t) { return 8; }  // W rows per tile, by the tile's x rows
+#else
+constexpr int kGroup = 6;
+constexpr int kMaxRows = 2;
+constexpr int sub_rows(int64_t mr) { return mr == 1 ? 6 : 3; }
+#endif
+
+// Rows of the next tile when `rem` rows of x are left. v4: 3s, a 1-row remainder turned into two
+// 2-row tiles (a 1-row tile loads a W vector per 8 FMAs); others: 2s and a last 1. Values never
+// depend on it.
+inline int64_t tile_rows(int64_t rem) {
+  if (kMaxRows == 3) return rem >= 4 && rem % 3 == 1 ? 2 : std::min<int64_t>(3, rem);
+  return std::min<int64_t>(kMaxRows, rem);
+}
+
+inline int64_t num_tiles(int64_t m) {
+  int64_t n = 0;
+  for (int64_t i = 0; i < m; i += tile_rows(m - i)) ++n;
+  return n;
+}
+
+template <DType T>
+constexpr int64_t kElemBytes = T == DType::kF32 ? 4 : 2;
+
+// 16 elements of a W row at p as f32 (bf16 and f16 widened exactly); the _n form: the first n,
+// the others zero.
+template <DType T>
+inline Vec16 load_w(const uint8_t* p) {
+  if constexpr (T == DType::kF32) return vload(reinterpret_cast<const float*>(p));
+  else if constexpr (T == DType::kBF16) return vload_bf16(reinterpret_cast<const uint16_t*>(p));
+  else return vload_f16(reinterpret_cast<const uint16_t*>(p));
+}
+template <DType T>
+inline Vec16 load_w(const uint8_t* p, int64_t n) {
+  if constexpr (T == DType::kF32) return vload(reinterpret_cast<const float*>(p), n);
+  else if constexpr (T == DType::kBF16) return vload_bf16(reinterpret_cast<const uint16_t*>(p), n);
+  else return vload_f16(reinterpret_cast<const uint16_t*>(p), n);
+}
+
+template <DType T>
+inline Part pload_w(const uint8_t* p, int h) {
+  if constexpr (T == DType::kF32) return pload(reinterpret_cast<const float*>(p), h);
+  else if constexpr (T == DType::kBF16) return pload_bf16(reinterpret_cast<const uint16_t*>(p), h);
+  else return pload_f16(reinterpret_cast<const uint16_t*>(p), h);
+}
+
+// One full 16-wide K step of a tile: acc[r][c] += x[r] . W row c over the step, a part at a
+// time. x[r] is x + r * ldx; wpart(c, h) gives part h of W row c's 16 elements. Each W part is
+// kept in a register for the MR FMAs that use it.
+template <int MR, int NR, typename WPart>
+[[gnu::always_inline]] inline void tile_step(const float* x, int64_t ldx, WPart&& wpart, Vec16 (&acc)[MR][NR]) {
+#pragma GCC unroll 4
+  for (int h = 0; h < kParts; ++h) {
+    Part xv[MR];
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; ++r) xv[r] = pload(x + r * ldx, h);
+#pragma GCC unroll 8
+    for (int c = 0; c < NR; ++c) {
+      Part wv = wpart(c, h);
+      ppin(wv);
+#pragma GCC unroll 8
+      for (int r = 0; r < MR; ++r) part(acc[r][c], h) = pfma(xv[r], wv, part(acc[r][c], h));
+    }
+  }
+}
+
+// The K tail of a tile (kc - k < 16 left): acc[r][c] += x[r, k..kc) . W row c, with wtail(c, n)
+// W row c's n tail elements (the rest zero).
+template <int MR, int NR, typename WTail>
+[[gnu::always_inline]] inline void tile_tail(const float* x, int64_t ldx, int64_t k, int64_t kc, WTail&& wtail,
+                                             Vec16 (&acc)[MR][NR]) {
+  const int64_t n = kc - k;
+  Vec16 xv[MR];
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; ++r) xv[r] = vload(x + r * ldx + k, n);
+#pragma GCC unroll 8
+  for (int c = 0; c < NR; ++c) {
+    const Vec16 wv = wtail(c, n);
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; ++r) acc[r][c] = vfma(xv[r], wv, acc[r][c]);
+  }
+}
+
+// y[r, c] for r < MR, c < nr: each accumulator's tree sum, added to y unless first, then bias
+// (may be null) added.
+template <int MR, int NR>
+[[gnu::always_inline]] inline void tile_store(const Vec16 (&acc)[MR][NR], int nr, float* y, int64_t ldy, bool first,
+                                              const float* bias) {
+#if defined(ASTRAI_ISA_V4)
+  if constexpr (NR == 8) {
+    const __mmask8 out = static_cast<__mmask8>((1u << nr) - 1);
+    const __m256 b = bias ? _mm256_maskz_loadu_ps(out, bias) : _mm256_setzero_ps();
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; ++r) {
+      __m256 s = reduce8(acc[r][0].v, acc[r][1].v, acc[r][2].v, acc[r][3].v, acc[r][4].v, acc[r][5].v, acc[r][6].v,
+                         acc[r][7].v);
+      if (!first) s = _mm256_add_ps(_mm256_maskz_loadu_ps(out, y + r * ldy), s);
+      if (bias) s = _mm256_add_ps(s, b);
+      _mm256_mask_storeu_ps(y + r * ldy, out, s);
+    }
+    return;
+  }
+#endif
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; ++r) {
+#pragma GCC unroll 8
+    for (int c = 0; c < NR; ++c) {
+      if (c >= nr) break;
+      float s = vsum(acc[r][c]);
+      if (!first) s = y[r * ldy + c] + s;
+      if (bias) s = s + bias[c];
+      y[r * ldy + c] = s;
+    }
+  }
+}
+
+// A tile over W rows packed as [k/16][kGroup][16] f32 (wp: the tile's first row within the
+// group; steps past kc zero), or read in place for the partial last group of a thread's
+// share (w: row 0, rows `ld` elements apart, rows past nr aliasing row nr - 1).
+template <int MR, int NR>
+void tile_packed(const float* x, int64_t ldx, const float* wp, int64_t kc, int nr, float* y, int64_t ldy, bool first,
+                 const float* bias) {
+  Vec16 acc[MR][NR];
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 8
+    for (int c = 0; c < NR; ++c) acc[r][c] = vzero();
+  const int64_t kfull = kc & ~int64_t{15};
+  int64_t k = 0;
+  for (; k < kfull; k += 16) {
+    const float* wk = wp + k / 16 * kGroup * 16;
+    tile_step<MR, NR>(x + k, ldx, [&](int c, int h) { return pload(wk + c * 16, h); }, acc);
+  }
+  if (k < kc) tile_tail<MR, NR>(x, ldx, k, kc, [&](int c, int64_t) { return vload(wp + (k / 16 * kGroup + c) * 16); }, acc);
+  tile_store<MR, NR>(acc, nr, y, ldy, first, bias);
+}
+
+template <int MR, int NR, DType T>
+void tile_partial(const float* x, int64_t ldx, const void* w, int64_t ld, int64_t kc, int nr, float* y, int64_t ldy,
+                  bool first, const float* bias) {
+  const uint8_t* wrow[NR];
+  for (int c = 0; c < NR; ++c) wrow[c] = static_cast<const uint8_t*>(w) + std::min(c, nr - 1) * ld * kElemBytes<T>;
+  Vec16 acc[MR][NR];
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 8
+    for (int c = 0; c < NR; ++c) acc[r][c] = vzero();
+  const int64_t kfull = kc & ~int64_t{15};
+  int64_t k = 0;
+  for (; k < kfull; k += 16)
+    tile_step<MR, NR>(x + k, ldx, [&](int c, int h) { return pload_w<T>(wrow[c] + k * kElemBytes<T>, h); }, acc);
+  if (k < kc)
+    tile_tail<MR, NR>(x, ldx, k, kc, [&](int c, int64_t n) { return load_w<T>(wrow[c] + k * kElemBytes<T>, n); }, acc);
+  tile_store<MR, NR>(acc, nr, y, ldy, first, bias);
+}
+
+// A tile over NR full W rows read in place (the same operations per output as above). The rows
+// are addressed from three pointers (rows 0-2, 3-5, 6-7) and one stride, all advanced each K
+// step, so the loop's pointers stay in registers: with one pointer per row, 3 x rows and the
+// bounds, GCC spilled pointers and stored a W vector to the stack every step (v4, M = 32, f32:
+// 206 -> 222 GFLOP/s on two cores). `prefetch_lines` cache lines from `prefetch` (may be null)
+// are requested into L2, spread evenly over the K steps.
+template <int MR, int NR, DType T>
+void tile_in_place(const float* x, int64_t ldx, const void* w, int64_t ld, int64_t kc, float* y, int64_t ldy,
+                   bool first, const float* bias, const char* prefetch, int64_t prefetch_lines) {
+  constexpr int64_t esz = kElemBytes<T>;
+  const int64_t s = ld * esz;
+  const uint8_t* base[3] = {static_cast<const uint8_t*>(w), static_cast<const uint8_t*>(w) + 3 * s,
+                            static_cast<const uint8_t*>(w) + 6 * s};
+  const float* xr = x;
+  Vec16 acc[MR][NR];
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 8
+    for (int c = 0; c < NR; ++c) acc[r][c] = vzero();
+  const int64_t steps = kc / 16;
+  const int64_t pf_step = prefetch ? (prefetch_lines + std::max<int64_t>(1, steps) - 1) / std::max<int64_t>(1, steps) : 0;
+  const char* pf = prefetch;
+  const char* pf_end = prefetch ? prefetch + prefetch_lines * 64 : nullptr;
+  for (int64_t i = 0; i < steps; ++i) {
+    if (pf < pf_end) {
+      for (int64_t b = 0; b < pf_step; ++b) prefetch_l2(pf + b * 64);
+      pf += pf_step * 64;
+    }
+    tile_step<MR, NR>(
+        xr, ldx, [&](int c, int h) { return pload_w<T>(c % 3 == 0 ? base[c / 3] : base[c / 3] + (c % 3) * s, h); }, acc);
+    for (int b = 0; b < 3; ++b) base[b] += 16 * esz;
+    xr += 16;
+  }
+  const int64_t k = steps * 16;
+  if (k < kc) {
+    tile_tail<MR, NR>(
+        x, ldx, k, kc,
+        [&](int c, int64_t n) { return load_w<T>(static_cast<const uint8_t*>(w) + c * s + k * esz, n); }, acc);
+  }
+  tile_store<MR, NR>(acc, NR, y, ldy, first, bias);
+}
+
+// Packs W rows [0, rows) x k in [k0, k0 + kc) (row-major, ld elements per row, dtype T) into
+// groups of kGroup rows laid out [k/16][kGroup][16] f32; steps past kc and rows past `rows` are
+// zero.
+template <DType T>
+void pack_block(const void* w, int64_t ld, int64_t rows, int64_t k0, int64_t kc, float* dst) {
+  constexpr int64_t esz = kElemBytes<T>;
+  const int64_t steps = (kc + 15) / 16;
+  for (int64_t g = 0; g < rows; g += kGroup) {
+    float* gd = dst + g * steps * 16;
+    for (int c = 0; c < kGroup; ++c) {
+      if (g + c >= rows) {
+        for (int64_t st = 0; st < steps; ++st) vstore(gd + (st * kGroup + c) * 16, vzero());
+        continue;
+      }
+      const uint8_t* src = static_cast<const uint8_t*>(w) + ((g + c) * ld + k0) * esz;
+      int64_t st = 0;
+      for (; st < kc / 16; ++st) vstore(gd + (st * kGroup + c) * 16, load_w<T>(src + st * 16 * esz));
+      if (st < steps) vstore(gd + (st * kGroup + c) * 16, load_w<T>(src + st * 16 * esz, kc - st * 16));
+    }
+  }
+}
+
+ASTRAI_KERNELS_END
