@@ -1,0 +1,411 @@
+// Every kernel on every CPU level this machine runs gives the same bytes as the generic
+// (portable C++) level: the levels differ in speed, never in results. Each test runs once per
+// level compiled into the binary besides generic, and is skipped, saying why, on a CPU that
+// cannot run that level. The generic level itself is checked against double-precision
+// references by the other kernel tests (run under ASTRAI_CPU_ISA=generic by CTest too).
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "base/error.h"
+#include "kernels/cpu/dispatch.h"
+#include "kernels/cpu/gemm_mode.h"
+#include "tensor/dtype.h"
+
+namespace astrai::kernels {
+namespace {
+
+std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0.0f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = nd(rng);
+  // A few exact zeros of both signs: the padded lanes and the tree must treat them alike.
+  for (size_t i = 0; i < n; i += 97) v[i] = (i / 97) % 2 ? -0.0f : 0.0f;
+  return v;
+}
+
+std::vector<uint16_t> to_bits(const std::vector<float>& v, DType t) {
+  std::vector<uint16_t> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) out[i] = t == DType::kBF16 ? f32_to_bf16(v[i]) : f32_to_f16(v[i]);
+  return out;
+}
+
+template <typename T>
+::testing::AssertionResult same_bytes(const std::vector<T>& want, const std::vector<T>& got) {
+  if (want.size() != got.size()) return ::testing::AssertionFailure() << "sizes " << want.size() << " vs " << got.size();
+  if (std::memcmp(want.data(), got.data(), want.size() * sizeof(T)) == 0) return ::testing::AssertionSuccess();
+  size_t diffs = 0, first = want.size();
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (std::memcmp(&want[i], &got[i], sizeof(T)) != 0) {
+      ++diffs;
+      first = std::min(first, i);
+    }
+  }
+  return ::testing::AssertionFailure() << diffs << " of " << want.size() << " values differ, first at " << first
+                                       << ": generic " << want[first] << ", this level " << got[first];
+}
+
+struct ThreadCount {
+  explicit ThreadCount(int n) : saved(omp_get_max_threads()) { omp_set_num_threads(n); }
+  ~ThreadCount() { omp_set_num_threads(saved); }
+  int saved;
+};
+
+class IsaIdentity : public ::testing::TestWithParam<Isa> {
+ protected:
+  void SetUp() override {
+    if (!isa_supported(GetParam()))
+      GTEST_SKIP() << "this CPU (" << (cpu_info().model.empty() ? cpu_info().arch : cpu_info().model)
+                   << ") cannot run level " << isa_name(GetParam());
+    ref_ = &kernel_table(Isa::kGeneric);
+    lvl_ = &kernel_table(GetParam());
+  }
+  // Runs fn(table) on generic and on the level under test; fn returns its outputs.
+  template <typename Fn>
+  void expect_same(Fn&& fn, const std::string& what) {
+    for (int threads : {1, 2}) {
+      ThreadCount tc(threads);
+      const auto want = fn(*ref_);
+      const auto got = fn(*lvl_);
+      EXPECT_TRUE(same_bytes(want, got)) << what << ", " << threads << " thread(s)";
+    }
+  }
+  const KernelTable* ref_ = nullptr;
+  const KernelTable* lvl_ = nullptr;
+};
+
+std::vector<Isa> levels_besides_generic() {
+  std::vector<Isa> out;
+  for (Isa isa : compiled_isas())
+    if (isa != Isa::kGeneric) out.push_back(isa);
+  return out;
+}
+
+// ---- linear: every path (in place, L1-packed, packed; full and partial groups; K tails) ----
+
+struct LinearShape {
+  int64_t m, n, k;
+};
+
+TEST_P(IsaIdentity, LinearEveryDtypeAndPath) {
+  const std::vector<LinearShape> shapes = {
+      {1, 7, 5},      {1, 40, 2500},  {2, 13, 16},  {3, 96, 17},   {4, 50, 1024}, {5, 31, 1025},
+      {8, 24, 300},   {9, 23, 100},   {16, 61, 48}, {33, 70, 129}, {64, 18, 200}, {65, 30, 150},
+      {200, 140, 40}, {7, 130, 3000}, {1, 1, 1},    {3, 2, 33},
+  };
+  for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
+    for (const LinearShape& s : shapes) {
+      const auto x = randn(static_cast<size_t>(s.m * s.k), 1);
+      const auto wf = randn(static_cast<size_t>(s.n * s.k), 2, 0.2f);
+      const auto bias = randn(static_cast<size_t>(s.n), 3);
+      const std::vector<uint16_t> wh = dt == DType::kF32 ? std::vector<uint16_t>() : to_bits(wf, dt);
+      const WeightView w{dt == DType::kF32 ? static_cast<const void*>(wf.data()) : wh.data(), dt, s.n, s.k};
+      for (bool with_bias : {false, true}) {
+        expect_same(
+            [&](const KernelTable& t) {
+              std::vector<float> y(static_cast<size_t>(s.m * s.n), NAN);
+              t.linear(x.data(), s.m, w, with_bias ? bias.data() : nullptr, y.data());
+              return y;
+            },
+            "linear " + std::string(dtype_name(dt)) + " " + std::to_string(s.m) + "x" + std::to_string(s.n) + "x" +
+                std::to_string(s.k) + (with_bias ? " +bias" : ""));
+      }
+    }
+  }
+}
+
+TEST_P(IsaIdentity, LinearNonInvariantModeAndTrainingGemms) {
+  const int64_t m = 40, n = 33, k = 70;
+  const auto x = randn(m * k, 4), w = randn(n * k, 5), b = randn(n, 6), dy = randn(m * n, 7);
+  set_batch_invariant(false);
+  expect_same(
+      [&](const KernelTable& t) {
+        std::vector<float> y(m * n);
+        t.linear(x.data(), m, WeightView{w.data(), DType::kF32, n, k}, b.data(), y.data());
+        return y;
+      },
+      "linear, BLAS mode");
+  set_batch_invariant(true);
+  expect_same(
+      [&](const KernelTable& t) {
+        std::vector<float> y(m * n), dx(m * k, 1.0f), dw(n * k, 0.5f), db(n, 0.25f);
+        t.linear_f32(x.data(), m, w.data(), n, k, b.data(), y.data());
+        t.linear_backward_f32(dy.data(), x.data(), m, w.data(), n, k, dx.data(), true, dw.data(), db.data());
+        y.insert(y.end(), dx.begin(), dx.end());
+        y.insert(y.end(), dw.begin(), dw.end());
+        y.insert(y.end(), db.begin(), db.end());
+        return y;
+      },
+      "linear_f32 and its backward");
+}
+
+// ---- attention: prefill over the batch's own rows, paged decode and chunked prefill ----
+
+struct AttnCase {
+  AttentionDims d;
+  int64_t len, ctx, page_size;
+};
+
+// K/V of all positions in shuffled head-major pages, as the engine's pool lays them out.
+template <typename E>
+void to_pages(const std::vector<E>& rows, int64_t len, int64_t heads, int64_t dim, int64_t ps,
+              const std::vector<int32_t>& table, std::vector<E>& pages) {
+  pages.assign(table.size() * ps * heads * dim, E{});
+  for (int64_t t = 0; t < len; ++t)
+    for (int64_t h = 0; h < heads; ++h)
+      std::memcpy(&pages[((table[t / ps] * heads + h) * ps + t % ps) * dim], &rows[(t * heads + h) * dim], dim * sizeof(E));
+}
+
+TEST_P(IsaIdentity, AttentionPrefillPagedDecodeGqaMla) {
+  const std::vector<AttnCase> cases = {
+      {{4, 4, 64, 64, 0.125f}, 70, 0, 16},     // MHA prefill
+      {{12, 4, 64, 64, 0.125f}, 150, 149, 16},  // GQA 3 decode, crossing 64-key chunks
+      {{8, 2, 32, 80, 0.2f}, 37, 29, 5},       // GQA 4, v 80, odd page size, 8 new tokens
+      {{6, 2, 24, 20, 0.2f}, 37, 20, 8},       // masked q/k and v tails
+      {{4, 4, 96, 64, 0.1f}, 40, 33, 16},      // MLA shape: q/k 96 (nope + rope), v 64
+      {{2, 1, 40, 160, 0.15f}, 66, 60, 8},     // v 160: dims in several chunks; MQA
+      {{3, 3, 16, 16, 0.25f}, 9, 0, 4},        // tiny heads
+  };
+  for (const AttnCase& c : cases) {
+    const AttentionDims& d = c.d;
+    const int64_t n = c.len - c.ctx;
+    const auto k = randn(c.len * d.num_kv_heads * d.qk_dim, 10), v = randn(c.len * d.num_kv_heads * d.v_dim, 11);
+    auto q = randn(c.len * d.num_heads * d.qk_dim, 12);
+    const std::string name = "heads " + std::to_string(d.num_heads) + "/" + std::to_string(d.num_kv_heads) + " qk " +
+                             std::to_string(d.qk_dim) + " v " + std::to_string(d.v_dim) + " len " +
+                             std::to_string(c.len);
+    // The whole sequence as new tokens over its own rows, with the log-sum-exp.
+    expect_same(
+        [&](const KernelTable& t) {
+          std::vector<float> out(c.len * d.num_heads * d.v_dim), lse(c.len * d.num_heads);
+          AttentionSeq seq{0, static_cast<int32_t>(c.len), 0, nullptr};
+          AttentionScratch scratch;
+          t.attention(q.data(), KvSource{k.data(), v.data(), 0}, &seq, 1, d, out.data(), scratch, lse.data());
+          out.insert(out.end(), lse.begin(), lse.end());
+          return out;
+        },
+        "attention, own rows, " + name);
+    // The last n tokens new, the rest cached in shuffled pages, f32 and bf16 K/V.
+    const int64_t ps = c.page_size, pages = (c.len + ps - 1) / ps;
+    std::vector<int32_t> table(static_cast<size_t>(pages));
+    std::iota(table.begin(), table.end(), 0);
+    std::shuffle(table.begin(), table.end(), std::mt19937(7));
+    std::vector<float> kp, vp;
+    to_pages(k, c.len, d.num_kv_heads, d.qk_dim, ps, table, kp);
+    to_pages(v, c.len, d.num_kv_heads, d.v_dim, ps, table, vp);
+    const auto kh = to_bits(kp, DType::kBF16), vh = to_bits(vp, DType::kBF16);
+    const std::vector<float> qn(q.begin() + c.ctx * d.num_heads * d.qk_dim, q.end());
+    for (bool bf16 : {false, true}) {
+      expect_same(
+          [&](const KernelTable& t) {
+            std::vector<float> out(n * d.num_heads * d.v_dim);
+            AttentionSeq seq{0, static_cast<int32_t>(n), static_cast<int32_t>(c.ctx), table.data()};
+            AttentionScratch scratch;
+            const KvSource kv = bf16 ? KvSource{kh.data(), vh.data(), static_cast<int32_t>(ps), true}
+                                     : KvSource{kp.data(), vp.data(), static_cast<int32_t>(ps), false};
+            t.attention(qn.data(), kv, &seq, 1, d, out.data(), scratch, nullptr);
+            return out;
+          },
+          std::string("attention, paged ") + (bf16 ? "bf16" : "f32") + ", " + name);
+    }
+  }
+}
+
+TEST_P(IsaIdentity, AttentionTrainingForwardAndBackward) {
+  const AttnShape s{6, 2, 32, 24, 0.17f};
+  const std::vector<AttnSpan> spans = {{0, 21}, {21, 40}, {61, 3}};
+  const int64_t T = 64;
+  const auto q = randn(T * s.heads * s.qk_dim, 20), k = randn(T * s.kv_heads * s.qk_dim, 21);
+  const auto v = randn(T * s.kv_heads * s.v_dim, 22), dout = randn(T * s.heads * s.v_dim, 23);
+  expect_same(
+      [&](const KernelTable& t) {
+        std::vector<float> out(T * s.heads * s.v_dim), lse(T * s.heads);
+        std::vector<float> dq(q.size()), dk(k.size()), dv(v.size());
+        t.attention_forward_train(q.data(), k.data(), v.data(), spans, s, out.data(), lse.data());
+        t.attention_backward(dout.data(), q.data(), k.data(), v.data(), out.data(), lse.data(), spans, s, dq.data(),
+                             dk.data(), dv.data());
+        for (const auto* part : {&lse, &dq, &dk, &dv}) out.insert(out.end(), part->begin(), part->end());
+        return out;
+      },
+      "attention forward_train + backward");
+}
+
+// ---- the elementwise and row kernels ----
+
+TEST_P(IsaIdentity, NormsAndResiduals) {
+  for (int64_t dim : {1, 15, 16, 37, 768}) {
+    const int64_t rows = 13;
+    const auto x = randn(rows * dim, 30), delta = randn(rows * dim, 31), w = randn(dim, 32), dy = randn(rows * dim, 33);
+    expect_same(
+        [&](const KernelTable& t) {
+          std::vector<float> y(rows * dim), xs = x, y2(rows * dim), rstd(rows), y3(rows * dim);
+          std::vector<float> dx(rows * dim, 0.5f), dw(dim, 0.25f);
+          t.rmsnorm(x.data(), rows, dim, w.data(), 1e-5f, y.data());
+          t.add_rmsnorm(xs.data(), delta.data(), rows, dim, w.data(), 1e-6f, y2.data());
+          t.rmsnorm_forward_train(x.data(), w.data(), rows, dim, 1e-5f, y3.data(), rstd.data());
+          t.rmsnorm_backward(dy.data(), x.data(), w.data(), rstd.data(), rows, dim, dx.data(), true, dw.data());
+          for (const auto* part : {&xs, &y2, &rstd, &y3, &dx, &dw}) y.insert(y.end(), part->begin(), part->end());
+          return y;
+        },
+        "rmsnorm family, dim " + std::to_string(dim));
+  }
+}
+
+TEST_P(IsaIdentity, RopeBothPairingsAndTables) {
+  const int64_t tokens = 9, heads = 3, half = 12, stride = 40, offset = 8;
+  std::vector<double> inv(half);
+  for (int64_t f = 0; f < half; ++f) inv[f] = std::pow(10000.0, -2.0 * f / (2.0 * half));
+  const std::vector<int32_t> pos = {0, 1, 7, 100, 4095, 3, 2, 9, 31};
+  const auto x = randn(tokens * heads * stride, 40);
+  for (bool adjacent : {false, true}) {
+    expect_same(
+        [&](const KernelTable& t) {
+          std::vector<float> cos(tokens * half), sin(tokens * half), y = x;
+          t.rope_sincos(inv.data(), half, pos.data(), tokens, adjacent, cos.data(), sin.data());
+          t.rope_rotate(y.data(), tokens, heads, stride, offset, half, cos.data(), sin.data(), adjacent);
+          RopeTable table;
+          table.half = half;
+          table.cos.assign(4096 * half, 0.0f);
+          table.sin.assign(4096 * half, 0.0f);
+          std::vector<int32_t> all(4096);
+          std::iota(all.begin(), all.end(), 0);
+          t.rope_sincos(inv.data(), half, all.data(), 4096, true, table.cos.data(), table.sin.data());
+          std::vector<float> z(tokens * heads * 2 * half);
+          std::copy(x.begin(), x.begin() + static_cast<int64_t>(z.size()), z.begin());
+          for (bool inverse : {false, true})
+            t.rope_apply(z.data(), pos.data(), tokens, heads, 2 * half, 2 * half,
+                         adjacent ? RopePairing::kInterleaved : RopePairing::kHalf, table, inverse);
+          for (const auto* part : {&cos, &sin, &z}) y.insert(y.end(), part->begin(), part->end());
+          return y;
+        },
+        std::string("rope, ") + (adjacent ? "adjacent pairs" : "halves"));
+  }
+}
+
+TEST_P(IsaIdentity, ActivationsAndSwiglu) {
+  for (int64_t n : {1, 15, 17, 4096, 70000}) {
+    const auto a = randn(n, 50, 3.0f), b = randn(n, 51), g = randn(n, 52);
+    expect_same(
+        [&](const KernelTable& t) {
+          std::vector<float> out(n), x = a, y = a, h(n), da(n), db(n), sg(n);
+          t.swiglu(a.data(), b.data(), n, out.data());
+          t.mul_sigmoid(x.data(), g.data(), n);
+          t.add_inplace(y.data(), b.data(), n);
+          t.swiglu_forward_train(a.data(), b.data(), n, h.data());
+          t.swiglu_backward(g.data(), a.data(), b.data(), n, da.data(), db.data());
+          t.sigmoid_forward(a.data(), n, sg.data());
+          for (const auto* part : {&x, &y, &h, &da, &db, &sg}) out.insert(out.end(), part->begin(), part->end());
+          return out;
+        },
+        "activations, n " + std::to_string(n));
+  }
+}
+
+TEST_P(IsaIdentity, ExpSoftmaxAndLosses) {
+  std::vector<float> x;
+  for (float v = -100.0f; v <= 100.0f; v += 0.173f) x.push_back(v);
+  for (float v : {0.0f, -0.0f, 88.0f, -87.0f, 88.5f, -87.5f, INFINITY, -INFINITY, 1e-30f, -1e-30f}) x.push_back(v);
+  expect_same(
+      [&](const KernelTable& t) {
+        std::vector<float> y(x.size());
+        t.exp_values(x.data(), static_cast<int64_t>(x.size()), y.data());
+        return y;
+      },
+      "exp");
+  const int64_t rows = 7, vocab = 1000;
+  const auto logits = randn(rows * vocab, 60, 4.0f), dlogp = randn(rows, 61);
+  const std::vector<int32_t> targets = {3, -1, 999, 0, 500, 17, 250};
+  for (float eps : {0.0f, 0.1f}) {
+    expect_same(
+        [&](const KernelTable& t) {
+          std::vector<float> out(vocab), sm(vocab), loss(rows), d(rows * vocab), lp(rows), dl(rows * vocab);
+          t.softmax(logits.data(), vocab, sm.data());
+          t.log_softmax(logits.data(), vocab, out.data());
+          out.push_back(static_cast<float>(t.logsumexp(logits.data(), vocab)));
+          out.push_back(static_cast<float>(
+              t.cross_entropy_forward_backward(logits.data(), targets.data(), rows, vocab, eps, 0.5f, loss.data(), d.data())));
+          t.token_logprobs(logits.data(), targets.data(), rows, vocab, lp.data());
+          t.token_logprobs_backward(logits.data(), targets.data(), dlogp.data(), rows, vocab, dl.data());
+          for (const auto* part : {&sm, &loss, &d, &lp, &dl}) out.insert(out.end(), part->begin(), part->end());
+          return out;
+        },
+        "softmax and losses, label smoothing " + std::to_string(eps));
+  }
+}
+
+// Every 16-bit pattern, NaNs and subnormals included, widens to the same f32 bits.
+TEST_P(IsaIdentity, EmbeddingWidensEveryBf16AndF16Pattern) {
+  std::vector<uint16_t> all(65536);
+  std::iota(all.begin(), all.end(), uint16_t{0});
+  const std::vector<int32_t> ids = {0};
+  for (DType dt : {DType::kBF16, DType::kF16}) {
+    expect_same(
+        [&](const KernelTable& t) {
+          std::vector<uint32_t> bits(65536);
+          t.embedding(all.data(), dt, 65536, ids.data(), 1, reinterpret_cast<float*>(bits.data()));
+          return bits;
+        },
+        std::string("embedding ") + std::string(dtype_name(dt)));
+  }
+  const auto table = randn(50 * 33, 70);
+  const std::vector<int32_t> rows = {4, 0, 49, 4};
+  expect_same(
+      [&](const KernelTable& t) {
+        std::vector<float> out(rows.size() * 33);
+        t.embedding(table.data(), DType::kF32, 33, rows.data(), static_cast<int64_t>(rows.size()), out.data());
+        return out;
+      },
+      "embedding F32");
+}
+
+INSTANTIATE_TEST_SUITE_P(Levels, IsaIdentity, ::testing::ValuesIn(levels_besides_generic()),
+                         [](const ::testing::TestParamInfo<Isa>& info) { return std::string(isa_name(info.param)); });
+
+// ---- the table and the choice of level ----
+
+TEST(IsaTables, EveryEntryOfEverySupportedLevelIsFilled) {
+  for (Isa isa : cpu_info().supported) {
+    const KernelTable& t = kernel_table(isa);
+    EXPECT_EQ(t.isa, isa);
+    const auto* fns = reinterpret_cast<void* const*>(reinterpret_cast<const char*>(&t) + offsetof(KernelTable, linear));
+    const size_t count = (sizeof(KernelTable) - offsetof(KernelTable, linear)) / sizeof(void*);
+    for (size_t i = 0; i < count; ++i) EXPECT_NE(fns[i], nullptr) << isa_name(isa) << " entry " << i;
+  }
+}
+
+TEST(IsaTables, DetectionAndErrors) {
+  const CpuInfo& info = cpu_info();
+  ASSERT_FALSE(info.supported.empty());
+  EXPECT_EQ(info.supported.front(), Isa::kGeneric);
+  EXPECT_EQ(best_isa(), info.supported.back());
+  EXPECT_EQ(parse_isa("v3"), Isa::kV3);
+  try {
+    parse_isa("v5");
+    FAIL() << "v5 accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("auto, generic, v3, v4 or neon"), std::string::npos) << e.what();
+  }
+  // A level of the other architecture is not built in; a level beyond the CPU is refused.
+  const Isa foreign = info.arch == "aarch64" ? Isa::kV4 : Isa::kNeon;
+  EXPECT_THROW(kernel_table(foreign), Error);
+  for (Isa isa : compiled_isas()) {
+    if (isa_supported(isa)) continue;
+    try {
+      select_isa(isa_name(isa));
+      FAIL() << "selected a level this CPU lacks";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("cannot run level"), std::string::npos) << e.what();
+    }
+  }
+}
+
+}  // namespace
+}  // namespace astrai::kernels
