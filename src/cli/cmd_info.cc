@@ -1,4 +1,5 @@
-// `astrai info`: what a checkpoint is and what it costs in memory.
+// `astrai info`: this CPU and the kernels' level in use; with --model, what a checkpoint is and
+// what it costs in memory.
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -8,6 +9,7 @@
 #include "base/error.h"
 #include "base/json.h"
 #include "cli/command.h"
+#include "kernels/cpu/dispatch.h"
 #include "model/transformer.h"
 
 namespace astrai::cli {
@@ -47,7 +49,48 @@ std::string human(double bytes) {
   return buf;
 }
 
+std::string joined(const std::vector<std::string>& items) {
+  std::string s;
+  for (const auto& i : items) s += (s.empty() ? "" : " ") + i;
+  return s;
+}
+
+Json cpu_json() {
+  const kernels::CpuInfo& cpu = kernels::cpu_info();
+  Json j;
+  j["model"] = cpu.model;
+  j["arch"] = cpu.arch;
+  j["features"] = cpu.features;
+  std::vector<std::string> levels, built;
+  for (kernels::Isa isa : cpu.supported) levels.emplace_back(kernels::isa_name(isa));
+  for (kernels::Isa isa : kernels::compiled_isas()) built.emplace_back(kernels::isa_name(isa));
+  j["levels_supported"] = levels;
+  j["levels_built"] = built;
+  j["level"] = std::string(kernels::isa_name(kernels::active_isa()));
+  return j;
+}
+
+void print_cpu() {
+  const Json j = cpu_json();
+  std::printf("cpu:          %s (%s)\n", j["model"].get<std::string>().empty() ? "unknown model" : j["model"].get<std::string>().c_str(),
+              j["arch"].get<std::string>().c_str());
+  std::printf("features:     %s\n", joined(j["features"].get<std::vector<std::string>>()).c_str());
+  std::printf("levels:       %s (built: %s)\n", joined(j["levels_supported"].get<std::vector<std::string>>()).c_str(),
+              joined(j["levels_built"].get<std::vector<std::string>>()).c_str());
+  std::printf("kernels:      %s\n", j["level"].get<std::string>().c_str());
+}
+
 void run_info(const InfoOptions& o) {
+  if (o.model.empty()) {
+    if (o.json) {
+      Json j;
+      j["cpu"] = cpu_json();
+      std::cout << j.dump(2) << "\n";
+    } else {
+      print_cpu();
+    }
+    return;
+  }
   const model::Transformer m = model::Transformer::load(o.model);
   const model::ModelConfig& c = m.config();
   std::map<std::string, int64_t> dtype_params;
@@ -64,6 +107,7 @@ void run_info(const InfoOptions& o) {
     j["kv_bytes_per_token"] = m.kv_bytes_per_token();
     j["kv_bytes_per_token_bf16"] = m.kv_bytes_per_token(DType::kBF16);
     j["resident_bytes"] = rss;
+    j["cpu"] = cpu_json();
     std::cout << j.dump(2) << "\n";
     return;
   }
@@ -80,12 +124,14 @@ void run_info(const InfoOptions& o) {
               human(static_cast<double>(m.kv_bytes_per_token(DType::kBF16))).c_str());
   std::printf("context:      %lld positions\n", static_cast<long long>(c.max_position_embeddings));
   if (rss >= 0) std::printf("resident:     %s after loading (mapped pages are read on first use)\n", human(rss).c_str());
+  print_cpu();
 }
 
 void setup_info(CLI::App& app) {
   auto opts = std::make_shared<InfoOptions>();
-  CLI::App* cmd = app.add_subcommand("info", "Architecture, parameter count and memory use of a model");
-  cmd->add_option("--model", opts->model, "Model directory (config.json + safetensors)")->required();
+  CLI::App* cmd = app.add_subcommand(
+      "info", "This CPU's features and the kernels' level in use; with --model, a model's architecture, parameters and memory");
+  cmd->add_option("--model", opts->model, "Model directory (config.json + safetensors)");
   cmd->add_flag("--json", opts->json, "Machine-readable output");
   cmd->callback([opts] { run_info(*opts); });
 }

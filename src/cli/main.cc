@@ -1,9 +1,11 @@
 // The `astrai` binary: dispatches to the subcommands that registered themselves.
 #include <cstdio>
 #include <exception>
+#include <string>
 
 #include "base/error.h"
 #include "cli/command.h"
+#include "kernels/cpu/dispatch.h"
 
 namespace astrai::cli {
 
@@ -27,6 +29,16 @@ int main(int argc, char** argv) {
   CLI::App app{"astrai: train and serve decoder-only language models"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "astrai 0.1.0");
+  // Accepted before or after the subcommand's name (fallthrough); applied before it runs.
+  std::string cpu_isa;
+  app.add_option("--cpu-isa", cpu_isa,
+                 "CPU kernels' instruction-set level: auto (the best this CPU runs), generic, v3 (AVX2+FMA), v4 "
+                 "(AVX-512) or neon; default: ASTRAI_CPU_ISA, else auto. Every level gives the same results.")
+      ->check(CLI::IsMember({"auto", "generic", "v3", "v4", "neon"}));
+  app.fallthrough();
+  app.parse_complete_callback([&cpu_isa] {
+    if (!cpu_isa.empty()) astrai::kernels::select_isa(cpu_isa);
+  });
   for (auto setup : astrai::cli::registered_commands()) setup(app);
   try {
     app.parse(argc, argv);

@@ -55,7 +55,12 @@ std::string supported_list() {
 // The table for `name` (auto or a level), where `source` says who asked. A level's table is
 // touched only after the CPU is known to run it: its code may use the level's instructions.
 const KernelTable& resolve(std::string_view name, std::string_view source) {
-  const Isa isa = name == "auto" ? best_isa() : parse_isa(name);
+  Isa isa = Isa::kGeneric;
+  try {
+    isa = name == "auto" ? best_isa() : parse_isa(name);
+  } catch (const Error& e) {
+    fail(source, ": ", e.what());
+  }
   bool compiled = false;
   for (Isa c : compiled_isas()) compiled = compiled || c == isa;
   if (!compiled)
