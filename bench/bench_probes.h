@@ -22,6 +22,7 @@
 
 #include "base/parallel.h"
 #include "base/timer.h"
+#include "kernels/cpu/dispatch.h"
 
 namespace astrai::bench {
 
@@ -148,6 +149,12 @@ inline CopyBandwidth copy_bandwidth(size_t bytes = size_t{1} << 30) {
 inline int usage_error(const char* usage, const std::string& what) {
   std::fprintf(stderr, "unknown or incomplete option: %s\n%s", what.c_str(), usage);
   return 2;
+}
+
+// "AMD EPYC ..., kernels v4": every table names the CPU and the level it was measured with.
+inline std::string cpu_and_level() {
+  const kernels::CpuInfo& cpu = kernels::cpu_info();
+  return (cpu.model.empty() ? cpu.arch : cpu.model) + ", kernels " + std::string(kernels::isa_name(kernels::active_isa()));
 }
 
 inline std::string load_average() {

@@ -178,6 +178,7 @@ int main(int argc, char** argv) {
   const double t_min = quick ? 0.05 : 0.2;
   const model::ModelConfig config = bench_config(kv_heads);
 
+  std::printf("cpu: %s\n", bench::cpu_and_level().c_str());
   std::printf("load average at the start: %s; clock: %s\n", bench::load_average().c_str(),
               bench::clock_mode() == bench::Clock::kCpu ? "process CPU time / threads (--cpu-time)" : "wall");
   const bench::CopyBandwidth bw = bench::copy_bandwidth();

@@ -67,6 +67,7 @@ int main(int argc, char** argv) {
   }
   const double t_min = quick ? 0.1 : 0.3;
 
+  std::printf("cpu: %s\n", bench::cpu_and_level().c_str());
   std::printf("load average at the start: %s; clock: %s\n", bench::load_average().c_str(),
               bench::clock_mode() == bench::Clock::kCpu ? "process CPU time / threads (--cpu-time)" : "wall");
   std::printf("== copy bandwidth (1 GiB memcpy, STREAM counting read+write; streaming read) ==\n");

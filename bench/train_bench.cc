@@ -18,6 +18,7 @@
 #include "base/json.h"
 #include "base/parallel.h"
 #include "base/timer.h"
+#include "bench_probes.h"
 #include "model/config.h"
 #include "train/model.h"
 #include "train/optimizer.h"
@@ -123,6 +124,7 @@ int main(int argc, char** argv) {
   const double gemm = sgemm_gflops(static_cast<int>(batch * seq), static_cast<int>(arch.intermediate_size),
                                    static_cast<int>(arch.hidden_size));
 
+  std::printf("cpu: %s\n", bench::cpu_and_level().c_str());
   std::printf("model %s: %zu params, %lld x %lld tokens/update, %d timed updates, %d threads\n", preset.c_str(),
               model.num_params(), static_cast<long long>(batch), static_cast<long long>(seq), steps - 1, threads);
   std::printf("BLAS sgemm [%lld x %lld x %lld]: %.1f GFLOP/s\n", static_cast<long long>(batch * seq),

@@ -29,6 +29,7 @@
 #include "cli/infer_flags.h"
 #include "infer/engine.h"
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/dispatch.h"
 #include "model/transformer.h"
 
 namespace astrai::cli {
@@ -251,7 +252,11 @@ void run_decode(const DecodeFlags& f) {
               weight_bytes / 1e6, m->mapped_bytes() > 0 ? "memory-mapped" : "in memory", num_threads());
   const double bw = copy_bandwidth();
   std::printf("copy-bandwidth probe (parallel memcpy, huge pages): %.1f GB/s read + written\n", bw / 1e9);
-  Json report = {{"params", m->num_parameters()}, {"weight_bytes", weight_bytes}, {"copy_bw", bw}};
+  const kernels::CpuInfo& cpu = kernels::cpu_info();
+  const std::string level(kernels::isa_name(kernels::active_isa()));
+  std::printf("cpu: %s, kernels %s\n", cpu.model.empty() ? cpu.arch.c_str() : cpu.model.c_str(), level.c_str());
+  Json report = {{"params", m->num_parameters()}, {"weight_bytes", weight_bytes}, {"copy_bw", bw},
+                 {"cpu", cpu.model}, {"kernels", level}};
   double tps1 = 0;
   for (int b : f.batches) {
     RunStats s = run_batch(m, b, f.prompt, f.gen, false, f.kv_dtype);

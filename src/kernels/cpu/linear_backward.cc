@@ -1,8 +1,8 @@
 #include "kernels/cpu/linear_backward.h"
 
-#include "kernels/cpu/level_table.h"
-
 #include <cblas.h>
+
+#include "kernels/cpu/level_table.h"
 
 ASTRAI_KERNELS_BEGIN
 

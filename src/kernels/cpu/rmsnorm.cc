@@ -1,9 +1,8 @@
 #include "kernels/cpu/rmsnorm.h"
 
-#include "kernels/cpu/level_table.h"
-
 #include <cmath>
 
+#include "kernels/cpu/level_table.h"
 #include "kernels/cpu/vec_math.h"
 
 ASTRAI_KERNELS_BEGIN

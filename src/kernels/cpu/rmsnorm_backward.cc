@@ -1,11 +1,11 @@
 #include "kernels/cpu/rmsnorm_backward.h"
 
-#include "kernels/cpu/level_table.h"
-
 #include <omp.h>
 
 #include <cmath>
 #include <vector>
+
+#include "kernels/cpu/level_table.h"
 
 ASTRAI_KERNELS_BEGIN
 

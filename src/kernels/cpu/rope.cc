@@ -1,8 +1,8 @@
 #include "kernels/cpu/rope.h"
 
-#include "kernels/cpu/level_table.h"
-
 #include <cmath>
+
+#include "kernels/cpu/level_table.h"
 
 ASTRAI_KERNELS_BEGIN
 

@@ -2,7 +2,6 @@
 
 #include "kernels/cpu/level_table.h"
 
-
 ASTRAI_KERNELS_BEGIN
 
 void rope_apply(float* x, const int32_t* positions, int64_t tokens, int64_t heads,
