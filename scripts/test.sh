@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Sets everything up on a fresh Debian 12 machine and runs every test:
-# unit + oracle tests on the release build, the unit tests under ASan+UBSan, then the
-# inference engine's concurrency tests under ThreadSanitizer.
+# unit + oracle tests on the release build (every CPU level this machine runs, compared with the
+# portable one), the unit tests under ASan+UBSan, the inference engine's concurrency tests under
+# ThreadSanitizer, then (on x86-64) the AArch64 kernels cross-built and tested under qemu-user.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=${ASTRAI_JOBS:-$(nproc)}
@@ -25,4 +26,9 @@ if [ "${ASTRAI_SKIP_TSAN:-0}" != 1 ]; then
   cmake --preset tsan
   cmake --build --preset tsan -j "$jobs" --target infer_tests
   OMP_NUM_THREADS=1 TSAN_OPTIONS="halt_on_error=1 exitcode=66" build/tsan/tests/infer/infer_tests
+fi
+
+# AArch64: the neon and generic kernels, cross-compiled, under emulation.
+if [ "${ASTRAI_SKIP_AARCH64:-0}" != 1 ] && [ "$(uname -m)" = x86_64 ]; then
+  scripts/test-aarch64.sh
 fi
