@@ -78,6 +78,16 @@ constexpr int64_t kSmallM = 8;       // up to this many rows: bf16/f16 weights r
 constexpr int64_t kPackRows = 16 * kGroup;  // W rows per packed block (v4: 128 x 1024 x 4 B = 512 KiB)
 constexpr int64_t kRowBlock = 192;   // x rows per pass over a packed block (a multiple of 2 and 3)
 constexpr int64_t kL1PackM = 64;     // up to this many rows: f32 W in place, bf16/f16 packed one group x kKb (L1)
+#if defined(ASTRAI_ISA_V4)
+// Many rows: W packed per 128-row block in L2 and passed by 3-row tiles of x (each W load
+// feeds 3 rows x 8 W rows of FMAs).
+constexpr bool kWInL1 = false;
+#else
+// Tiles of at most 2 x 3 (16 ymm / 32 q registers) re-read a packed L2 block too often (1 byte
+// of W per flop); instead a group of W rows stays in L1 and blocks of rows of x pass over it.
+constexpr bool kWInL1 = true;
+#endif
+constexpr int64_t kL1RowBlock = kL1PackM;  // rows of x per pass over a group in L1 (v3, 512 x 768 x 768: 48-64 best)
 
 using PackedTileFn = void (*)(const float*, int64_t, const float*, int64_t, int, float*, int64_t, bool, const float*);
 
@@ -126,10 +136,10 @@ void linear_invariant(const float* x, int64_t m, const WeightView& w, const floa
   const int64_t n = w.rows, kk = w.cols;
   constexpr int64_t esz = kElemBytes<T>;
   const uint8_t* wb = static_cast<const uint8_t*>(w.data);
-  // f32 weights are read in place up to 64 rows (packing them only copies: 120 -> 150
-  // GFLOP/s at M = 32 on two cores, cold weights, v4); bf16/f16 are widened once per group
-  // above 8 rows instead of once per row tile.
-  const bool pack = m > (T == DType::kF32 ? kL1PackM : kSmallM);
+  // v4 reads f32 weights in place up to 64 rows (packing them only copies: 120 -> 150
+  // GFLOP/s at M = 32 on two cores, cold weights); bf16/f16, and f32 on the other levels, are
+  // copied into L1 once per group above 8 rows (v3, M = 32, f32: +8% over in place).
+  const bool pack = m > (T == DType::kF32 && !kWInL1 ? kL1PackM : kSmallM);
   const int64_t groups = (n + kGroup - 1) / kGroup;
 #pragma omp parallel
   {
@@ -162,27 +172,32 @@ void linear_invariant(const float* x, int64_t m, const WeightView& w, const floa
           }
         }
       }
-    } else if (m <= kL1PackM) {
-      // Decode batches: each group of W rows x kKb is widened once into an L1-resident buffer
-      // that every row tile of x reuses. Groups go one at a time over the whole K, so W is read
-      // as sequential streams, and the next group's rows (contiguous in memory) are prefetched
-      // a K block at a time, as in the in-place path.
+    } else if (m <= kL1PackM || kWInL1) {
+      // Each group of W rows x kKb is widened once into an L1-resident buffer that every row
+      // tile of x reuses. Groups go one at a time over the whole K, so W is read as sequential
+      // streams, and the next group's rows (contiguous in memory) are prefetched a K block at a
+      // time, as in the in-place path. Decode batches (up to 64 rows) pass all their rows at
+      // once; on levels whose tiles hold few rows (kWInL1) many rows go in blocks of
+      // kL1RowBlock, whose K block of x stays in L2 while the groups pass.
       alignas(64) float small[kGroup * kKb];
-      for (int64_t j = r0; j < r1; j += kGroup) {
-        const int nr = static_cast<int>(std::min<int64_t>(kGroup, r1 - j));
-        const char* next = j + 2 * kGroup <= r1 ? reinterpret_cast<const char*>(wb + (j + kGroup) * kk * esz) : nullptr;
-        for (int64_t k0 = 0; k0 < kk; k0 += kKb) {
-          const int64_t kc = std::min(kKb, kk - k0);
-          const bool first = k0 == 0, last = k0 + kc == kk;
-          const float* bj = last && bias ? bias + j : nullptr;
-          pack_block<T>(wb + j * kk * esz, kk, nr, k0, kc, small);
-          if (next) {
-            for (int64_t b = kGroup * k0 * esz; b < kGroup * (k0 + kc) * esz; b += 64) prefetch_l2(next + b);
-          }
-          for (int64_t i = 0; i < m;) {
-            const int64_t mr = tile_rows(m - i);
-            packed_group(mr, x + i * kk + k0, kk, small, kc, nr, y + i * n + j, n, first, bj);
-            i += mr;
+      for (int64_t mb0 = 0; mb0 < m; mb0 += kL1RowBlock) {
+        const int64_t mb1 = std::min(m, mb0 + kL1RowBlock);
+        for (int64_t j = r0; j < r1; j += kGroup) {
+          const int nr = static_cast<int>(std::min<int64_t>(kGroup, r1 - j));
+          const char* next = j + 2 * kGroup <= r1 ? reinterpret_cast<const char*>(wb + (j + kGroup) * kk * esz) : nullptr;
+          for (int64_t k0 = 0; k0 < kk; k0 += kKb) {
+            const int64_t kc = std::min(kKb, kk - k0);
+            const bool first = k0 == 0, last = k0 + kc == kk;
+            const float* bj = last && bias ? bias + j : nullptr;
+            pack_block<T>(wb + j * kk * esz, kk, nr, k0, kc, small);
+            if (next) {
+              for (int64_t b = kGroup * k0 * esz; b < kGroup * (k0 + kc) * esz; b += 64) prefetch_l2(next + b);
+            }
+            for (int64_t i = mb0; i < mb1;) {
+              const int64_t mr = tile_rows(mb1 - i);
+              packed_group(mr, x + i * kk + k0, kk, small, kc, nr, y + i * n + j, n, first, bj);
+              i += mr;
+            }
           }
         }
       }
