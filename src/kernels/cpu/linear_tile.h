@@ -8,10 +8,11 @@
 // Shapes (accumulators must stay in registers):
 //   v4   (32 zmm): groups of 8 W rows; tiles 1-3 rows of x x 8 W rows (24 accumulators + 3 x
 //        + 1 W), the 8 sums of a row reduced together (reduce8).
-//   v3   (16 ymm, a Vec16 is two): groups of 6 W rows; tiles 1 x 6 or 2 x 3: 12 ymm
-//        accumulators, and each 16-wide step done a part (8 lanes) at a time, so only 1-2 x
-//        parts and one W part need registers besides them.
-//   neon (32 q, a Vec16 is four): as v3, a part being 4 lanes (24 q accumulators).
+//   v3   (16 ymm, a Vec16 is two): groups of 8 W rows; tiles 1 x 8, 2 x 4 or 3 x 4. Lanes 0-7
+//        and 8-15 of an accumulator are independent chains, so a tile runs K in passes of
+//        kPassK, one part (8 lanes) at a time: only that part of each accumulator (up to 12
+//        ymm), the x parts and one W part are in registers, the other part waits in memory.
+//   neon (32 q, a Vec16 is four 4-lane parts): as v3.
 #pragma once
 
 #include <algorithm>
@@ -29,17 +30,17 @@ constexpr int kGroup = 8;    // W rows per group: the unit of threading, packing
 constexpr int kMaxRows = 3;  // x rows per tile
 constexpr int sub_rows(int64_t) { return 8; }  // W rows per tile, by the tile's x rows
 #else
-constexpr int kGroup = 6;
-constexpr int kMaxRows = 2;
-constexpr int sub_rows(int64_t mr) { return mr == 1 ? 6 : 3; }
+constexpr int kGroup = 8;
+constexpr int kMaxRows = 3;
+constexpr int sub_rows(int64_t mr) { return mr == 1 ? 8 : 4; }
 #endif
+constexpr int64_t kPassK = 256;  // K per pass of one part (levels with several parts)
 
 // Rows of the next tile when `rem` rows of x are left. v4: 3s, a 1-row remainder turned into two
 // 2-row tiles (a 1-row tile loads a W vector per 8 FMAs); others: 2s and a last 1. Values never
 // depend on it.
 inline int64_t tile_rows(int64_t rem) {
-  if (kMaxRows == 3) return rem >= 4 && rem % 3 == 1 ? 2 : std::min<int64_t>(3, rem);
-  return std::min<int64_t>(kMaxRows, rem);
+  return rem >= 4 && rem % 3 == 1 ? 2 : std::min<int64_t>(3, rem);
 }
 
 inline int64_t num_tiles(int64_t m) {
@@ -89,6 +90,46 @@ template <int MR, int NR, typename WPart>
       ppin(wv);
 #pragma GCC unroll 8
       for (int r = 0; r < MR; ++r) part(acc[r][c], h) = pfma(xv[r], wv, part(acc[r][c], h));
+    }
+  }
+}
+
+// The full 16-wide steps [0, kfull) of a tile; wpart(c, k, h) gives part h of W row c's 16
+// elements at k. One part: step by step. Several: in passes of kPassK per part, each pass's
+// part of the accumulators in registers (every lane still accumulates its k in increasing order).
+template <int MR, int NR, typename WPart>
+[[gnu::always_inline]] inline void tile_steps(const float* x, int64_t ldx, int64_t kfull, WPart&& wpart,
+                                              Vec16 (&acc)[MR][NR]) {
+  if constexpr (kParts == 1) {
+    for (int64_t k = 0; k < kfull; k += 16)
+      tile_step<MR, NR>(x + k, ldx, [&](int c, int h) { return wpart(c, k, h); }, acc);
+  } else {
+    for (int64_t k0 = 0; k0 < kfull; k0 += kPassK) {
+      const int64_t k1 = std::min(kfull, k0 + kPassK);
+#pragma GCC unroll 4
+      for (int h = 0; h < kParts; ++h) {
+        Part a[MR][NR];
+#pragma GCC unroll 8
+        for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 8
+          for (int c = 0; c < NR; ++c) a[r][c] = part(acc[r][c], h);
+        for (int64_t k = k0; k < k1; k += 16) {
+          Part xv[MR];
+#pragma GCC unroll 8
+          for (int r = 0; r < MR; ++r) xv[r] = pload(x + r * ldx + k, h);
+#pragma GCC unroll 8
+          for (int c = 0; c < NR; ++c) {
+            Part wv = wpart(c, k, h);
+            ppin(wv);
+#pragma GCC unroll 8
+            for (int r = 0; r < MR; ++r) a[r][c] = pfma(xv[r], wv, a[r][c]);
+          }
+        }
+#pragma GCC unroll 8
+        for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 8
+          for (int c = 0; c < NR; ++c) part(acc[r][c], h) = a[r][c];
+      }
     }
   }
 }
@@ -155,11 +196,9 @@ void tile_packed(const float* x, int64_t ldx, const float* wp, int64_t kc, int n
 #pragma GCC unroll 8
     for (int c = 0; c < NR; ++c) acc[r][c] = vzero();
   const int64_t kfull = kc & ~int64_t{15};
-  int64_t k = 0;
-  for (; k < kfull; k += 16) {
-    const float* wk = wp + k / 16 * kGroup * 16;
-    tile_step<MR, NR>(x + k, ldx, [&](int c, int h) { return pload(wk + c * 16, h); }, acc);
-  }
+  tile_steps<MR, NR>(x, ldx, kfull, [&](int c, int64_t k, int h) { return pload(wp + (k / 16 * kGroup + c) * 16, h); },
+                     acc);
+  const int64_t k = kfull;
   if (k < kc) tile_tail<MR, NR>(x, ldx, k, kc, [&](int c, int64_t) { return vload(wp + (k / 16 * kGroup + c) * 16); }, acc);
   tile_store<MR, NR>(acc, nr, y, ldy, first, bias);
 }
@@ -175,9 +214,9 @@ void tile_partial(const float* x, int64_t ldx, const void* w, int64_t ld, int64_
 #pragma GCC unroll 8
     for (int c = 0; c < NR; ++c) acc[r][c] = vzero();
   const int64_t kfull = kc & ~int64_t{15};
-  int64_t k = 0;
-  for (; k < kfull; k += 16)
-    tile_step<MR, NR>(x + k, ldx, [&](int c, int h) { return pload_w<T>(wrow[c] + k * kElemBytes<T>, h); }, acc);
+  tile_steps<MR, NR>(x, ldx, kfull, [&](int c, int64_t k, int h) { return pload_w<T>(wrow[c] + k * kElemBytes<T>, h); },
+                     acc);
+  const int64_t k = kfull;
   if (k < kc)
     tile_tail<MR, NR>(x, ldx, k, kc, [&](int c, int64_t n) { return load_w<T>(wrow[c] + k * kElemBytes<T>, n); }, acc);
   tile_store<MR, NR>(acc, nr, y, ldy, first, bias);
@@ -206,15 +245,31 @@ void tile_in_place(const float* x, int64_t ldx, const void* w, int64_t ld, int64
   const int64_t pf_step = prefetch ? (prefetch_lines + std::max<int64_t>(1, steps) - 1) / std::max<int64_t>(1, steps) : 0;
   const char* pf = prefetch;
   const char* pf_end = prefetch ? prefetch + prefetch_lines * 64 : nullptr;
-  for (int64_t i = 0; i < steps; ++i) {
-    if (pf < pf_end) {
-      for (int64_t b = 0; b < pf_step; ++b) prefetch_l2(pf + b * 64);
-      pf += pf_step * 64;
+  if constexpr (kParts == 1) {
+    for (int64_t i = 0; i < steps; ++i) {
+      if (pf < pf_end) {
+        for (int64_t b = 0; b < pf_step; ++b) prefetch_l2(pf + b * 64);
+        pf += pf_step * 64;
+      }
+      tile_step<MR, NR>(
+          xr, ldx, [&](int c, int h) { return pload_w<T>(c % 3 == 0 ? base[c / 3] : base[c / 3] + (c % 3) * s, h); },
+          acc);
+      for (int b = 0; b < 3; ++b) base[b] += 16 * esz;
+      xr += 16;
     }
-    tile_step<MR, NR>(
-        xr, ldx, [&](int c, int h) { return pload_w<T>(c % 3 == 0 ? base[c / 3] : base[c / 3] + (c % 3) * s, h); }, acc);
-    for (int b = 0; b < 3; ++b) base[b] += 16 * esz;
-    xr += 16;
+  } else {
+    // Passes of kPassK (tile_steps); the prefetches go out a pass's share at a time.
+    (void)xr;
+    for (int64_t k0 = 0; k0 < steps * 16; k0 += kPassK) {
+      const int64_t k1 = std::min(steps * 16, k0 + kPassK);
+      for (int64_t i = k0; i < k1 && pf < pf_end; i += 16) {
+        for (int64_t b = 0; b < pf_step; ++b) prefetch_l2(pf + b * 64);
+        pf += pf_step * 64;
+      }
+      tile_steps<MR, NR>(x + k0, ldx, k1 - k0, [&](int c, int64_t k, int h) {
+        return pload_w<T>((c % 3 == 0 ? base[c / 3] : base[c / 3] + (c % 3) * s) + (k0 + k) * esz, h);
+      }, acc);
+    }
   }
   const int64_t k = steps * 16;
   if (k < kc) {

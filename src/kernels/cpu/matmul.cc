@@ -90,14 +90,29 @@ constexpr bool kWInL1 = true;
 constexpr int64_t kL1RowBlock = kL1PackM;  // rows of x per pass over a group in L1 (v3, 512 x 768 x 768: 48-64 best)
 
 using PackedTileFn = void (*)(const float*, int64_t, const float*, int64_t, int, float*, int64_t, bool, const float*);
+template <DType T>
+using InPlaceTileFn = void (*)(const float*, int64_t, const void*, int64_t, int64_t, float*, int64_t, bool,
+                               const float*, const char*, int64_t);
+template <DType T>
+using PartialTileFn = void (*)(const float*, int64_t, const void*, int64_t, int64_t, int, float*, int64_t, bool,
+                               const float*);
+
+// The tile functions for MR rows of x (1..3) and sub_rows(MR) W rows.
+template <int MR>
+struct Tiles {
+  static constexpr int kNr = sub_rows(MR);
+  static PackedTileFn packed() { return &tile_packed<MR, kNr>; }
+  template <DType T>
+  static InPlaceTileFn<T> in_place() { return &tile_in_place<MR, kNr, T>; }
+  template <DType T>
+  static PartialTileFn<T> partial() { return &tile_partial<MR, kNr, T>; }
+};
 
 // The tiles of mr rows of x covering one packed group of kGroup W rows (nr of them real).
 void packed_group(int64_t mr, const float* x, int64_t ldx, const float* wp, int64_t kc, int nr, float* y, int64_t ldy,
                   bool first, const float* bias) {
   const int sub = sub_rows(mr);
-  const PackedTileFn fn = sub == 8   ? (mr == 3 ? &tile_packed<3, 8> : mr == 2 ? &tile_packed<2, 8> : &tile_packed<1, 8>)
-                          : sub == 6 ? &tile_packed<1, 6>
-                                     : &tile_packed<2, 3>;
+  const PackedTileFn fn = mr == 3 ? Tiles<3>::packed() : mr == 2 ? Tiles<2>::packed() : Tiles<1>::packed();
   for (int c0 = 0; c0 < nr; c0 += sub)
     fn(x, ldx, wp + c0 * 16, kc, std::min(sub, nr - c0), y + c0, ldy, first, bias ? bias + c0 : nullptr);
 }
@@ -111,22 +126,17 @@ void in_place_group(int64_t mr, const float* x, int64_t ldx, const uint8_t* w, i
   for (int c0 = 0; c0 < nr; c0 += sub) {
     const uint8_t* wc = w + c0 * ld * kElemBytes<T>;
     const float* bc = bias ? bias + c0 : nullptr;
-    const int64_t lines = c0 == 0 ? prefetch_lines : 0;  // the first tile issues the group's share
     if (nr - c0 >= sub) {
-      if (sub == 8) {
-        auto fn = mr == 3 ? &tile_in_place<3, 8, T> : mr == 2 ? &tile_in_place<2, 8, T> : &tile_in_place<1, 8, T>;
-        fn(x, ldx, wc, ld, kc, y + c0, ldy, first, bc, prefetch, lines);
-      } else if (sub == 6) {
-        tile_in_place<1, 6, T>(x, ldx, wc, ld, kc, y + c0, ldy, first, bc, prefetch, lines);
-      } else {
-        tile_in_place<2, 3, T>(x, ldx, wc, ld, kc, y + c0, ldy, first, bc, prefetch, lines);
-      }
+      const int64_t lines = c0 == 0 ? prefetch_lines : 0;  // the first tile issues the group's share
+      const InPlaceTileFn<T> fn = mr == 3   ? Tiles<3>::template in_place<T>()
+                                  : mr == 2 ? Tiles<2>::template in_place<T>()
+                                            : Tiles<1>::template in_place<T>();
+      fn(x, ldx, wc, ld, kc, y + c0, ldy, first, bc, prefetch, lines);
     } else {
-      const int r = nr - c0;
-      auto fn = sub == 8   ? (mr == 3 ? &tile_partial<3, 8, T> : mr == 2 ? &tile_partial<2, 8, T> : &tile_partial<1, 8, T>)
-                : sub == 6 ? &tile_partial<1, 6, T>
-                           : &tile_partial<2, 3, T>;
-      fn(x, ldx, wc, ld, kc, r, y + c0, ldy, first, bc);
+      const PartialTileFn<T> fn = mr == 3   ? Tiles<3>::template partial<T>()
+                                  : mr == 2 ? Tiles<2>::template partial<T>()
+                                            : Tiles<1>::template partial<T>();
+      fn(x, ldx, wc, ld, kc, nr - c0, y + c0, ldy, first, bc);
     }
   }
 }
