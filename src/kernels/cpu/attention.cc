@@ -21,7 +21,6 @@ constexpr int64_t kTokenBlock = 4;
 // stay in L1 between the score, softmax and V steps.
 constexpr int64_t kChunk = 64;
 
-
 // The V pass: weighted sums of V rows for R query rows at once. Key position j (absolute,
 // p0 + i) goes to the even or odd set of a row's accumulators by its parity, so consecutive keys
 // form independent FMA chains; the sets are kept in the row's acc ([even: nv][odd: nv] Vec16s)

@@ -83,11 +83,12 @@ constexpr int64_t kL1PackM = 64;     // up to this many rows: f32 W in place, bf
 // feeds 3 rows x 8 W rows of FMAs).
 constexpr bool kWInL1 = false;
 #else
-// Tiles of at most 2 x 3 (16 ymm / 32 q registers) re-read a packed L2 block too often (1 byte
-// of W per flop); instead a group of W rows stays in L1 and blocks of rows of x pass over it.
+// Tiles of at most 3 x 4 (16 ymm / 32 q registers) would re-read a packed L2 block too often
+// (2/3 of a byte of W per flop); instead each group of W rows stays in L1 while blocks of
+// kL1RowBlock rows of x pass over it.
 constexpr bool kWInL1 = true;
 #endif
-constexpr int64_t kL1RowBlock = kL1PackM;  // rows of x per pass over a group in L1 (v3, 512 x 768 x 768: 48-64 best)
+constexpr int64_t kL1RowBlock = 64;  // rows of x per pass over a group in L1 (v3, 512 x 768 x 768: 48-64 best)
 
 using PackedTileFn = void (*)(const float*, int64_t, const float*, int64_t, int, float*, int64_t, bool, const float*);
 template <DType T>
@@ -182,32 +183,26 @@ void linear_invariant(const float* x, int64_t m, const WeightView& w, const floa
           }
         }
       }
-    } else if (m <= kL1PackM || kWInL1) {
-      // Each group of W rows x kKb is widened once into an L1-resident buffer that every row
-      // tile of x reuses. Groups go one at a time over the whole K, so W is read as sequential
-      // streams, and the next group's rows (contiguous in memory) are prefetched a K block at a
-      // time, as in the in-place path. Decode batches (up to 64 rows) pass all their rows at
-      // once; on levels whose tiles hold few rows (kWInL1) many rows go in blocks of
-      // kL1RowBlock, whose K block of x stays in L2 while the groups pass.
+    } else if (m <= kL1PackM) {
+      // Decode batches: each group of W rows x kKb is widened once into an L1-resident buffer
+      // that every row tile of x reuses. Groups go one at a time over the whole K, so W is read
+      // as sequential streams, and the next group's rows (contiguous in memory) are prefetched
+      // a K block at a time, as in the in-place path.
       alignas(64) float small[kGroup * kKb];
-      for (int64_t mb0 = 0; mb0 < m; mb0 += kL1RowBlock) {
-        const int64_t mb1 = std::min(m, mb0 + kL1RowBlock);
-        for (int64_t j = r0; j < r1; j += kGroup) {
-          const int nr = static_cast<int>(std::min<int64_t>(kGroup, r1 - j));
-          const char* next = j + 2 * kGroup <= r1 ? reinterpret_cast<const char*>(wb + (j + kGroup) * kk * esz) : nullptr;
-          for (int64_t k0 = 0; k0 < kk; k0 += kKb) {
-            const int64_t kc = std::min(kKb, kk - k0);
-            const bool first = k0 == 0, last = k0 + kc == kk;
-            const float* bj = last && bias ? bias + j : nullptr;
-            pack_block<T>(wb + j * kk * esz, kk, nr, k0, kc, small);
-            if (next) {
-              for (int64_t b = kGroup * k0 * esz; b < kGroup * (k0 + kc) * esz; b += 64) prefetch_l2(next + b);
-            }
-            for (int64_t i = mb0; i < mb1;) {
-              const int64_t mr = tile_rows(mb1 - i);
-              packed_group(mr, x + i * kk + k0, kk, small, kc, nr, y + i * n + j, n, first, bj);
-              i += mr;
-            }
+      for (int64_t j = r0; j < r1; j += kGroup) {
+        const int nr = static_cast<int>(std::min<int64_t>(kGroup, r1 - j));
+        const char* next = j + 2 * kGroup <= r1 ? reinterpret_cast<const char*>(wb + (j + kGroup) * kk * esz) : nullptr;
+        for (int64_t k0 = 0; k0 < kk; k0 += kKb) {
+          const int64_t kc = std::min(kKb, kk - k0);
+          const bool first = k0 == 0, last = k0 + kc == kk;
+          const float* bj = last && bias ? bias + j : nullptr;
+          pack_block<T>(wb + j * kk * esz, kk, nr, k0, kc, small);
+          if (next) {
+            for (int64_t b = kGroup * k0 * esz; b < kGroup * (k0 + kc) * esz; b += 64) prefetch_l2(next + b);
+          }
+          for (int64_t i = 0, mr; i < m; i += mr) {
+            mr = tile_rows(m - i);
+            packed_group(mr, x + i * kk + k0, kk, small, kc, nr, y + i * n + j, n, first, bj);
           }
         }
       }
@@ -225,15 +220,26 @@ void linear_invariant(const float* x, int64_t m, const WeightView& w, const floa
             const bool first = k0 == 0, last = k0 + kc == kk;
             pack_block<T>(wb + nb0 * kk * esz, kk, nb1 - nb0, k0, kc, packed.data());
             const int64_t steps = (kc + 15) / 16;
-            for (int64_t i = mb0; i < mb1;) {
-              const int64_t mr = tile_rows(mb1 - i);
-              for (int64_t j = nb0; j < nb1; j += kGroup) {
-                const int nr = static_cast<int>(std::min<int64_t>(kGroup, nb1 - j));
-                const float* bj = last && bias ? bias + j : nullptr;
-                packed_group(mr, x + i * kk + k0, kk, packed.data() + (j - nb0) * steps * 16, kc, nr, y + i * n + j, n,
-                             first, bj);
+            // The tiles of mr rows from row i against group j.
+            const auto group_tiles = [&](int64_t i, int64_t mr, int64_t j) {
+              const int nr = static_cast<int>(std::min<int64_t>(kGroup, nb1 - j));
+              packed_group(mr, x + i * kk + k0, kk, packed.data() + (j - nb0) * steps * 16, kc, nr, y + i * n + j, n,
+                           first, last && bias ? bias + j : nullptr);
+            };
+            if constexpr (!kWInL1) {  // each row tile over the whole block (3 x 8 tiles reuse W from L2)
+              for (int64_t i = mb0, mr; i < mb1; i += mr) {
+                mr = tile_rows(mb1 - i);
+                for (int64_t j = nb0; j < nb1; j += kGroup) group_tiles(i, mr, j);
               }
-              i += mr;
+            } else {  // each group in turn, hot in L1, under the row tiles of kL1RowBlock rows
+              for (int64_t sb0 = mb0; sb0 < mb1; sb0 += kL1RowBlock) {
+                const int64_t sb1 = std::min(mb1, sb0 + kL1RowBlock);
+                for (int64_t j = nb0; j < nb1; j += kGroup)
+                  for (int64_t i = sb0, mr; i < sb1; i += mr) {
+                    mr = tile_rows(sb1 - i);
+                    group_tiles(i, mr, j);
+                  }
+              }
             }
           }
         }
