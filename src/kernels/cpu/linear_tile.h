@@ -8,10 +8,12 @@
 // Shapes (accumulators must stay in registers):
 //   v4   (32 zmm): groups of 8 W rows; tiles 1-3 rows of x x 8 W rows (24 accumulators + 3 x
 //        + 1 W), the 8 sums of a row reduced together (reduce8).
-//   v3   (16 ymm, a Vec16 is two): groups of 8 W rows; tiles 1 x 8, 2 x 4 or 3 x 4. Lanes 0-7
-//        and 8-15 of an accumulator are independent chains, so a tile runs K in passes of
-//        kPassK, one part (8 lanes) at a time: only that part of each accumulator (up to 12
-//        ymm), the x parts and one W part are in registers, the other part waits in memory.
+//   v3   (16 ymm, a Vec16 is two): groups of 8 W rows; tiles of 1-3 rows x 4 W rows. Lanes
+//        0-7 and 8-15 of an accumulator are independent chains, so a 2- or 3-row tile runs K in
+//        passes of kPassK, one part (8 lanes) at a time: only that part of each accumulator (up
+//        to 12 ymm), the x parts and one W part are in registers, the other part waits in
+//        memory. A 1-row tile (decode) holds all 8 in registers and streams W step by step
+//        (1 x 8 in passes: batch-1 decode 70-76 -> 83-86 tokens/s).
 //   neon (32 q, a Vec16 is four 4-lane parts): as v3.
 #pragma once
 
@@ -32,9 +34,15 @@ constexpr int sub_rows(int64_t) { return 8; }  // W rows per tile, by the tile's
 #else
 constexpr int kGroup = 8;
 constexpr int kMaxRows = 3;
-constexpr int sub_rows(int64_t mr) { return mr == 1 ? 8 : 4; }
+constexpr int sub_rows(int64_t) { return 4; }
 #endif
 constexpr int64_t kPassK = 256;  // K per pass of one part (levels with several parts)
+// Accumulator registers a tile may hold at once (the rest of the register file holds x and W).
+#if defined(ASTRAI_ISA_NEON)
+constexpr int kAccRegs = 24;
+#else
+constexpr int kAccRegs = 12;
+#endif
 
 // Rows of the next tile when `rem` rows of x are left. v4: 3s, a 1-row remainder turned into two
 // 2-row tiles (a 1-row tile loads a W vector per 8 FMAs); others: 2s and a last 1. Values never
@@ -100,7 +108,7 @@ template <int MR, int NR, typename WPart>
 template <int MR, int NR, typename WPart>
 [[gnu::always_inline]] inline void tile_steps(const float* x, int64_t ldx, int64_t kfull, WPart&& wpart,
                                               Vec16 (&acc)[MR][NR]) {
-  if constexpr (kParts == 1) {
+  if constexpr (kParts == 1 || MR * NR * kParts <= kAccRegs) {  // every part in registers at once
     for (int64_t k = 0; k < kfull; k += 16)
       tile_step<MR, NR>(x + k, ldx, [&](int c, int h) { return wpart(c, k, h); }, acc);
   } else {
@@ -245,7 +253,7 @@ void tile_in_place(const float* x, int64_t ldx, const void* w, int64_t ld, int64
   const int64_t pf_step = prefetch ? (prefetch_lines + std::max<int64_t>(1, steps) - 1) / std::max<int64_t>(1, steps) : 0;
   const char* pf = prefetch;
   const char* pf_end = prefetch ? prefetch + prefetch_lines * 64 : nullptr;
-  if constexpr (kParts == 1) {
+  if constexpr (kParts == 1 || MR * NR * kParts <= kAccRegs) {
     for (int64_t i = 0; i < steps; ++i) {
       if (pf < pf_end) {
         for (int64_t b = 0; b < pf_step; ++b) prefetch_l2(pf + b * 64);
