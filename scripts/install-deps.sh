@@ -8,6 +8,7 @@ PKGS=(
   libpcre2-dev libhdf5-dev libboost-dev libicu-dev
   python3-torch python3-numpy python3-jinja2 python3-h5py
   curl chromium
+  qemu-user
 )
 missing=()
 for p in "${PKGS[@]}"; do

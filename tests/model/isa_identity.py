@@ -5,6 +5,10 @@ or neon), on random-weight models of several architectures (tests/model/oracle_f
 f32, bf16 and f16 checkpoints, MHA/GQA/MQA, qk-norm, the attention gate, MLA; plain and paged
 chunked prefill; greedy and seeded sampling; f32 and bf16 K/V.
 
+With ASTRAI_EMULATE_CPU=Haswell (or another qemu CPU model) every command runs under
+`qemu-x86_64 -cpu MODEL`: the same binary on a CPU without AVX-512 (or without AVX2), whatever
+the machine running the test has.
+
 Usage: isa_identity.py   (ASTRAI_BIN names the binary)
 """
 import json
@@ -19,8 +23,12 @@ sys.path.insert(0, HERE)
 import oracle_forward as of  # noqa: E402
 
 ASTRAI = os.environ.get("ASTRAI_BIN", "astrai")
+EMULATE = os.environ.get("ASTRAI_EMULATE_CPU")
+PREFIX = ["qemu-x86_64", "-cpu", EMULATE] if EMULATE else []
 MODELS = ["llama_mha_bias_tied_sharded", "qwen3_qknorm_mqa8_dynamic_bf16", "mistral_gqa8_f16", "arlm_mla_gate",
           "arlm_gqa_gate_qknorm"]
+if EMULATE:  # emulation is slow: one model of each dtype, MLA among them
+    MODELS = ["qwen3_qknorm_mqa8_dynamic_bf16", "mistral_gqa8_f16", "arlm_mla_gate"]
 FAILURES = []
 
 
@@ -32,7 +40,7 @@ def check(cond, msg):
 
 def run(level, args):
     env = dict(os.environ, ASTRAI_CPU_ISA=level, OMP_NUM_THREADS="2")
-    r = subprocess.run([ASTRAI] + args, capture_output=True, text=True, env=env, timeout=600)
+    r = subprocess.run(PREFIX + [ASTRAI] + args, capture_output=True, text=True, env=env, timeout=600)
     if r.returncode != 0:
         raise RuntimeError("astrai %s (%s) failed: %s" % (" ".join(args), level, r.stderr))
     return r
@@ -91,6 +99,10 @@ def main():
     try:
         lv = levels()
         check(lv[0] == "generic" and len(lv) >= 1, "the generic level is always available")
+        if EMULATE == "Haswell":
+            check(lv == ["generic", "v3"], "an emulated Haswell (AVX2, no AVX-512) runs generic and v3: %s" % lv)
+        if EMULATE == "Nehalem":
+            check(lv == ["generic"], "an emulated Nehalem (no AVX) runs generic only: %s" % lv)
         for name in MODELS:
             c, d = build(name, tmp)
             ref = outputs("generic", c, d, tmp)
