@@ -22,6 +22,7 @@
 
 #include "base/parallel.h"
 #include "base/timer.h"
+#include "kernels/cpu/blas_core.h"
 #include "kernels/cpu/dispatch.h"
 
 namespace astrai::bench {
@@ -154,7 +155,8 @@ inline int usage_error(const char* usage, const std::string& what) {
 // "AMD EPYC ..., kernels v4": every table names the CPU and the level it was measured with.
 inline std::string cpu_and_level() {
   const kernels::CpuInfo& cpu = kernels::cpu_info();
-  return (cpu.model.empty() ? cpu.arch : cpu.model) + ", kernels " + std::string(kernels::isa_name(kernels::active_isa()));
+  return (cpu.model.empty() ? cpu.arch : cpu.model) + ", kernels " + std::string(kernels::isa_name(kernels::active_isa())) +
+         ", OpenBLAS " + kernels::blas_core();
 }
 
 inline std::string load_average() {

@@ -124,6 +124,7 @@ constexpr const char* kUsage =
     "  --profile         print where each forward's time goes (model/forward_profile.h)\n";
 
 int main(int argc, char** argv) {
+  astrai::kernels::reexec_for_blas_core(argv);
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // rows appear as they are measured
   bool quick = false;
   std::string dtypes = "both";

@@ -47,6 +47,7 @@ constexpr const char* kUsage =
     "              OMP_WAIT_POLICY=passive; see bench/bench_probes.h)\n";
 
 int main(int argc, char** argv) {
+  astrai::kernels::reexec_for_blas_core(argv);
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // rows appear as they are measured
   bool quick = false;
   int64_t batch_m = 0;  // --m M: the GEMM table at M rows (decode batches) on the 100M model's shapes

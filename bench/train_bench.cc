@@ -50,6 +50,7 @@ double sgemm_gflops(int m, int n, int k) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  astrai::kernels::reexec_for_blas_core(argv);
   const std::string preset = argc > 1 ? argv[1] : "small";
   const int steps = argc > 2 ? std::atoi(argv[2]) : 5;
   const int threads = argc > 3 ? std::atoi(argv[3]) : 2;

@@ -9,6 +9,7 @@
 #include "base/error.h"
 #include "base/json.h"
 #include "cli/command.h"
+#include "kernels/cpu/blas_core.h"
 #include "kernels/cpu/dispatch.h"
 #include "model/transformer.h"
 
@@ -67,6 +68,7 @@ Json cpu_json() {
   j["levels_supported"] = levels;
   j["levels_built"] = built;
   j["level"] = std::string(kernels::isa_name(kernels::active_isa()));
+  j["blas_core"] = kernels::blas_core();
   return j;
 }
 
@@ -78,6 +80,7 @@ void print_cpu() {
   std::printf("levels:       %s (built: %s)\n", joined(j["levels_supported"].get<std::vector<std::string>>()).c_str(),
               joined(j["levels_built"].get<std::vector<std::string>>()).c_str());
   std::printf("kernels:      %s\n", j["level"].get<std::string>().c_str());
+  std::printf("blas:         OpenBLAS, %s kernels\n", j["blas_core"].get<std::string>().c_str());
 }
 
 void run_info(const InfoOptions& o) {

@@ -5,6 +5,7 @@
 
 #include "base/error.h"
 #include "cli/command.h"
+#include "kernels/cpu/blas_core.h"
 #include "kernels/cpu/dispatch.h"
 
 namespace astrai::cli {
@@ -26,6 +27,7 @@ const std::vector<CommandSetup>& registered_commands() { return registry(); }
 }  // namespace astrai::cli
 
 int main(int argc, char** argv) {
+  astrai::kernels::reexec_for_blas_core(argv);
   CLI::App app{"astrai: train and serve decoder-only language models"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "astrai 0.1.0");

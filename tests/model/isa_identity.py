@@ -29,6 +29,7 @@ MODELS = ["llama_mha_bias_tied_sharded", "qwen3_qknorm_mqa8_dynamic_bf16", "mist
           "arlm_gqa_gate_qknorm"]
 if EMULATE:  # emulation is slow: one model of each dtype, MLA among them
     MODELS = ["qwen3_qknorm_mqa8_dynamic_bf16", "mistral_gqa8_f16", "arlm_mla_gate"]
+AVX2_BLAS = ["Haswell", "Zen", "SkylakeX", "Cooperlake", "SapphireRapids"]
 FAILURES = []
 
 
@@ -48,7 +49,11 @@ def run(level, args):
 
 def levels():
     info = json.loads(run("auto", ["info", "--json"]).stdout)["cpu"]
-    print("cpu: %s; levels: %s" % (info["model"], ", ".join(info["levels_supported"])))
+    print("cpu: %s; levels: %s; OpenBLAS %s" % (info["model"], ", ".join(info["levels_supported"]), info["blas_core"]))
+    # OpenBLAS falls back to SSE3 kernels on CPUs newer than itself; astrai restarts with
+    # OPENBLAS_CORETYPE set (kernels/cpu/blas_core.h), so an AVX2 CPU always gets AVX2 kernels.
+    if "v3" in info["levels_supported"] and "OPENBLAS_CORETYPE" not in os.environ:
+        check(info["blas_core"] in AVX2_BLAS, "OpenBLAS runs %s kernels on a CPU with AVX2" % info["blas_core"])
     return info["levels_supported"]
 
 
