@@ -81,14 +81,7 @@ class Encoder {
       if (!tok_.pad_token().empty()) specials["pad_token"] = tok_.pad_token();
       chat_.emplace(tok_.chat_template(), specials);
     }
-    for (const char* m : {"<|im_end|>", "<|eot_id|>", "<|end|>", "<end_of_turn>", "<|end_of_turn|>", "</s>",
-                          "<|endoftext|>", "<|end_of_text|>", "<|END_OF_TURN_TOKEN|>"}) {
-      if (tok_.token_to_id(m).has_value()) end_markers_.push_back(m);
-    }
-    if (!tok_.eos_token().empty() &&
-        std::find(end_markers_.begin(), end_markers_.end(), tok_.eos_token()) == end_markers_.end()) {
-      end_markers_.push_back(tok_.eos_token());
-    }
+    for (const auto& e : tok_.end_of_turn_tokens()) end_markers_.push_back(e.text);
     // The post-processor's BOS, if it adds one (Llama-3 style); used where text is built
     // without a chat template.
     const auto probe = tok_.encode("a", true);

@@ -8,23 +8,6 @@
 
 namespace astrai::data {
 
-uint64_t SplitMix64::next() {
-  uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
-uint64_t SplitMix64::below(uint64_t bound) {
-  // Reject the top partial block so every residue is equally likely.
-  const uint64_t limit = ~uint64_t{0} - (~uint64_t{0} % bound);
-  uint64_t x;
-  do {
-    x = next();
-  } while (x >= limit);
-  return x % bound;
-}
-
 namespace {
 
 // Fisher-Yates with a generator seeded from (seed, stream): deterministic everywhere.

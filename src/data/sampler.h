@@ -15,21 +15,9 @@
 #include <vector>
 
 #include "base/json.h"
+#include "base/rng.h"
 
 namespace astrai::data {
-
-// Deterministic 64-bit generator (splitmix64): the same stream on every platform and
-// compiler, unlike std:: distributions.
-class SplitMix64 {
- public:
-  explicit SplitMix64(uint64_t seed) : state_(seed) {}
-  uint64_t next();
-  // Uniform in [0, bound), unbiased (rejection), bound > 0.
-  uint64_t below(uint64_t bound);
-
- private:
-  uint64_t state_;
-};
 
 struct SamplerState {
   int64_t epoch = 0;

@@ -66,7 +66,7 @@ SchedulerOptions scheduler_options(const EngineOptions& o) {
 }
 
 uint64_t mix_seed(uint64_t seed, int32_t choice) {
-  Rng r(seed ^ (0x632be59bd9b4e019ull * (static_cast<uint64_t>(choice) + 1)));
+  SplitMix64 r(seed ^ (0x632be59bd9b4e019ull * (static_cast<uint64_t>(choice) + 1)));
   return r.next();
 }
 }  // namespace

@@ -2,14 +2,12 @@
 
 #include <algorithm>
 
+#include "base/rng.h"
+
 namespace astrai::infer {
 namespace {
-uint64_t mix(uint64_t x) {  // splitmix64 finaliser
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
+// A 64-bit mixing hash: the first output of the generator seeded with x.
+uint64_t mix(uint64_t x) { return SplitMix64(x).next(); }
 }  // namespace
 
 ChainLink PrefixIndex::root(uint64_t weights_version) const {

@@ -8,17 +8,8 @@
 
 namespace astrai::infer {
 
-uint64_t Rng::next() {
-  uint64_t z = (state_ += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
-double Rng::uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
-
 void SamplerState::init(const SamplingParams& p, const std::vector<int32_t>& prompt, int32_t vocab, uint64_t seed) {
-  rng = Rng(seed);
+  rng = SplitMix64(seed);
   generated_counts.clear();
   seen.clear();
   if (p.repetition_penalty != 1.0f) {

@@ -8,24 +8,14 @@
 #include <unordered_map>
 #include <vector>
 
+#include "base/rng.h"
 #include "infer/engine.h"
 
 namespace astrai::infer {
 
-// Counter-based generator (splitmix64): tiny state, trivially reproducible.
-class Rng {
- public:
-  explicit Rng(uint64_t seed = 0) : state_(seed) {}
-  uint64_t next();
-  double uniform();  // [0, 1)
-
- private:
-  uint64_t state_;
-};
-
 // What one choice remembers between tokens.
 struct SamplerState {
-  Rng rng;
+  SplitMix64 rng;  // base/rng.h
   // Generated-token counts (presence / frequency penalties).
   std::unordered_map<int32_t, int32_t> generated_counts;
   // Every token seen, prompt included (repetition penalty, as in Hugging Face).

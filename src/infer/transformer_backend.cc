@@ -52,14 +52,8 @@ class StreamTokenDecoder : public TokenDecoder {
 class TokenizerCodec : public TextCodec {
  public:
   explicit TokenizerCodec(std::shared_ptr<const tokenizer::Tokenizer> tok) : tok_(std::move(tok)) {
-    if (tok_->eos_id() >= 0) stops_.push_back(tok_->eos_id());
-    // End-of-turn markers of the common chat formats, when the vocabulary has them as
-    // special tokens: generation must stop there even if EOS is a different token.
-    for (const char* name : {"<|im_end|>", "<|eot_id|>", "<|end|>", "<end_of_turn>", "<|endoftext|>",
-                             "<|end_of_text|>", "</s>", "<|eom_id|>"}) {
-      auto id = tok_->token_to_id(name);
-      if (id && tok_->is_special(*id)) stops_.push_back(*id);
-    }
+    // EOS and the end-of-turn markers of the common chat formats: generation stops there.
+    for (const auto& e : tok_->end_of_turn_tokens()) stops_.push_back(e.id);
     const std::string& source = tok_->chat_template();
     if (!source.empty()) {
       std::map<std::string, std::string> special;

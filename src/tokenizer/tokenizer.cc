@@ -364,6 +364,22 @@ const std::string& Tokenizer::bos_token() const { return impl_->bos; }
 const std::string& Tokenizer::eos_token() const { return impl_->eos; }
 const std::string& Tokenizer::pad_token() const { return impl_->pad; }
 const std::string& Tokenizer::chat_template() const { return impl_->chat_template; }
+
+std::vector<Tokenizer::TurnEnd> Tokenizer::end_of_turn_tokens() const {
+  std::vector<TurnEnd> out;
+  auto add = [&](const std::string& text, int32_t id) {
+    for (const TurnEnd& e : out)
+      if (e.id == id) return;
+    out.push_back(TurnEnd{text, id});
+  };
+  if (eos_id() >= 0) add(eos_token(), eos_id());
+  for (const char* m : {"<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<|end|>", "<end_of_turn>", "<|end_of_turn|>",
+                        "<|END_OF_TURN_TOKEN|>", "<|endoftext|>", "<|end_of_text|>", "</s>"}) {
+    const auto id = token_to_id(m);
+    if (id && is_special(*id)) add(m, *id);
+  }
+  return out;
+}
 std::optional<std::string> Tokenizer::chat_template(const std::string& name) const {
   for (const auto& [n, t] : impl_->named_templates)
     if (n == name) return t;

