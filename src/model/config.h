@@ -8,12 +8,12 @@
 #include <vector>
 
 #include "base/json.h"
+#include "kernels/rope_pairing.h"
 
 namespace astrai::model {
 
-// How RoPE pairs the dimensions it rotates. kHalf: Hugging Face Llama/Qwen/Mistral rotate
-// dimension i with i + d/2. kAdjacent: the reference AstrAI rotates (2i, 2i+1).
-enum class RopePairing { kHalf, kAdjacent };
+// How RoPE pairs the dimensions it rotates (kernels/rope_pairing.h: one type for config and kernels).
+using kernels::RopePairing;
 
 enum class RopeScalingType { kNone, kLinear, kDynamic, kLlama3 };
 

@@ -223,7 +223,6 @@ const float* Transformer::attention_block(int64_t layer, const Batch& b, const P
   const int64_t qkd = c.qk_head_dim(), vd = c.v_dim();
   const int64_t half = c.rope_dim() / 2;
   const int64_t rot_offset = qkd - c.rope_dim();
-  const bool adjacent = c.rope_pairing == RopePairing::kAdjacent;
   const float eps = static_cast<float>(c.rms_norm_eps);
   float* q = grow(ws.q_, t * nh * qkd);
   float* k = grow(ws.k_, t * nkv * qkd);
@@ -254,8 +253,8 @@ const float* Transformer::attention_block(int64_t layer, const Batch& b, const P
     clock.mark(ForwardOp::kNorm);
   };
   if (c.qk_norm && !c.qk_norm_after_rope) qk_norm();
-  kernels::rope_rotate(q, t, nh, qkd, rot_offset, half, ws.cos_.data(), ws.sin_.data(), adjacent);
-  kernels::rope_rotate(k, t, nkv, qkd, rot_offset, half, ws.cos_.data(), ws.sin_.data(), adjacent);
+  kernels::rope_rotate(q, t, nh, qkd, rot_offset, half, ws.cos_.data(), ws.sin_.data(), c.rope_pairing);
+  kernels::rope_rotate(k, t, nkv, qkd, rot_offset, half, ws.cos_.data(), ws.sin_.data(), c.rope_pairing);
   clock.mark(ForwardOp::kRope);
   if (c.qk_norm && c.qk_norm_after_rope) qk_norm();
 

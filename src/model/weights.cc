@@ -13,53 +13,11 @@ namespace astrai::model {
 
 namespace {
 
-// Builds the parameter list once for both const and mutable access.
-template <typename W, typename P>
-std::vector<P> list_params(const ModelConfig& c, W& w) {
+// The parameter list (model/param_schema.h) with pointers to the slots of `w`.
+template <typename P>
+std::vector<P> list_params(const ModelConfig& c, ModelWeights& w) {
   std::vector<P> out;
-  auto add = [&](std::string name, Shape shape, auto* t) { out.push_back(P{std::move(name), std::move(shape), t}); };
-  const int64_t h = c.hidden_size;
-  const int64_t nh = c.num_attention_heads, nkv = c.num_key_value_heads;
-  add("model.embed_tokens.weight", {c.vocab_size, h}, &w.embed_tokens);
-  w.layers.resize(static_cast<size_t>(c.num_hidden_layers));
-  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
-    auto& l = w.layers[static_cast<size_t>(i)];
-    const std::string p = "model.layers." + std::to_string(i) + ".";
-    const std::string a = p + "self_attn.";
-    add(p + "input_layernorm.weight", {h}, &l.input_layernorm);
-    if (c.is_mla()) {
-      add(a + "q_proj.weight", {nh * c.qk_head_dim(), h}, &l.q_proj);
-      add(a + "kv_a_proj.weight", {c.kv_lora_rank, h}, &l.kv_a_proj);
-      add(a + "kv_norm.weight", {c.kv_lora_rank}, &l.kv_norm);
-      add(a + "kv_b_proj.weight", {nkv * (c.qk_nope_head_dim + c.qk_rope_head_dim + c.v_head_dim), c.kv_lora_rank},
-          &l.kv_b_proj);
-    } else {
-      const int64_t hd = c.head_dim;
-      add(a + "q_proj.weight", {nh * hd, h}, &l.q_proj);
-      if (c.qkv_bias) add(a + "q_proj.bias", {nh * hd}, &l.q_bias);
-      add(a + "k_proj.weight", {nkv * hd, h}, &l.k_proj);
-      if (c.qkv_bias) add(a + "k_proj.bias", {nkv * hd}, &l.k_bias);
-      add(a + "v_proj.weight", {nkv * hd, h}, &l.v_proj);
-      if (c.qkv_bias) add(a + "v_proj.bias", {nkv * hd}, &l.v_bias);
-      if (c.qk_norm) {
-        add(a + "q_norm.weight", {hd}, &l.q_norm);
-        add(a + "k_norm.weight", {hd}, &l.k_norm);
-      }
-    }
-    if (c.gated_attention) add(a + "gate.weight", {nh * c.v_dim(), h}, &l.gate);
-    add(a + "o_proj.weight", {h, nh * c.v_dim()}, &l.o_proj);
-    if (c.o_bias) add(a + "o_proj.bias", {h}, &l.o_bias);
-    add(p + "post_attention_layernorm.weight", {h}, &l.post_attention_layernorm);
-    const int64_t f = c.intermediate_size;
-    add(p + "mlp.gate_proj.weight", {f, h}, &l.gate_proj);
-    if (c.mlp_bias) add(p + "mlp.gate_proj.bias", {f}, &l.gate_proj_bias);
-    add(p + "mlp.up_proj.weight", {f, h}, &l.up_proj);
-    if (c.mlp_bias) add(p + "mlp.up_proj.bias", {f}, &l.up_proj_bias);
-    add(p + "mlp.down_proj.weight", {h, f}, &l.down_proj);
-    if (c.mlp_bias) add(p + "mlp.down_proj.bias", {h}, &l.down_proj_bias);
-  }
-  add("model.norm.weight", {h}, &w.norm);
-  if (!c.tie_word_embeddings) add("lm_head.weight", {c.vocab_size, h}, &w.lm_head);
+  for_each_param(c, w, [&](const ParamInfo& info, Tensor& slot) { out.push_back(P{info.name, info.shape, &slot}); });
   return out;
 }
 
@@ -80,7 +38,7 @@ std::string reference_name(const std::string& hf) {
 }  // namespace
 
 std::vector<ModelWeights::Param> ModelWeights::params(const ModelConfig& config) {
-  return list_params<ModelWeights, Param>(config, *this);
+  return list_params<Param>(config, *this);
 }
 
 std::vector<ModelWeights::ConstParam> ModelWeights::params(const ModelConfig& config) const {
@@ -89,7 +47,7 @@ std::vector<ModelWeights::ConstParam> ModelWeights::params(const ModelConfig& co
                "weights hold ", layers.size(), " layers but the config has ", config.num_hidden_layers);
   auto& self = const_cast<ModelWeights&>(*this);
   std::vector<ConstParam> out;
-  for (auto& p : list_params<ModelWeights, Param>(config, self)) out.push_back(ConstParam{p.name, p.shape, p.tensor});
+  for (auto& p : list_params<Param>(config, self)) out.push_back(ConstParam{p.name, p.shape, p.tensor});
   return out;
 }
 

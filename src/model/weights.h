@@ -9,35 +9,17 @@
 #include <vector>
 
 #include "model/config.h"
+#include "model/param_schema.h"
 #include "model/safetensors.h"
 #include "tensor/tensor.h"
 
 namespace astrai::model {
 
-// Undefined tensors are parameters the config does not have (e.g. biases of Llama).
-struct LayerWeights {
-  Tensor input_layernorm;           // [hidden]
-  Tensor post_attention_layernorm;  // [hidden]
-  // GQA: q [heads * head_dim, hidden], k/v [kv_heads * head_dim, hidden].
-  // MLA: q [heads * (nope + rope), hidden]; k/v come from kv_a_proj/kv_b_proj.
-  Tensor q_proj, k_proj, v_proj, o_proj;  // o [hidden, heads * v_dim]
-  Tensor q_bias, k_bias, v_bias, o_bias;
-  Tensor q_norm, k_norm;  // [head_dim] (qk-norm)
-  Tensor gate;            // [heads * v_dim, hidden] (gated attention)
-  Tensor kv_a_proj;       // MLA [kv_lora_rank, hidden]
-  Tensor kv_norm;         // MLA [kv_lora_rank]
-  Tensor kv_b_proj;       // MLA [kv_heads * (nope + rope + v), kv_lora_rank], per head (k_nope, k_rope, v)
-  Tensor gate_proj, up_proj;  // [intermediate, hidden]
-  Tensor down_proj;           // [hidden, intermediate]
-  Tensor gate_proj_bias, up_proj_bias, down_proj_bias;
-};
+// The parameter slots as Tensors (model/param_schema.h); undefined tensors are parameters the
+// config does not have (e.g. biases of Llama).
+using LayerWeights = LayerParams<Tensor>;
 
-struct ModelWeights {
-  Tensor embed_tokens;  // [vocab, hidden]
-  std::vector<LayerWeights> layers;
-  Tensor norm;     // [hidden]
-  Tensor lm_head;  // [vocab, hidden]; shares embed_tokens' storage when tied
-
+struct ModelWeights : ModelParams<Tensor> {
   // One entry per parameter of `config`, in checkpoint order: Hugging Face name, expected
   // shape, and the slot that holds it. A tied lm_head is not listed (it is embed_tokens).
   struct Param {

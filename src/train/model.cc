@@ -49,11 +49,8 @@ TrainModel::TrainModel(const model::ModelConfig& config, bool recompute)
 
 void TrainModel::rope_tables(const TrainBatch& batch) {
   const int64_t T = batch.num_tokens(), half = cfg_.rope_dim() / 2;
-  rope_.half = half;
-  rope_.cos.resize(static_cast<size_t>(T * half));
-  rope_.sin.resize(static_cast<size_t>(T * half));
-  row_ids_.resize(static_cast<size_t>(T));
-  for (int64_t t = 0; t < T; ++t) row_ids_[t] = static_cast<int32_t>(t);
+  rope_cos_.resize(static_cast<size_t>(T * half));
+  rope_sin_.resize(static_cast<size_t>(T * half));
   const bool dynamic = cfg_.rope_scaling.type == model::RopeScalingType::kDynamic;
   const bool f32 = f32_rope_angles(cfg_);
   int64_t covered = 0;
@@ -66,8 +63,8 @@ void TrainModel::rope_tables(const TrainBatch& batch) {
       const int32_t max_pos = *std::max_element(pos, pos + sp.len);
       model::rope_inv_freq_into(cfg_, static_cast<int64_t>(max_pos) + 1, inv_freq_);
     }
-    kernels::rope_sincos(inv_freq_.data(), half, pos, sp.len, f32, rope_.cos.data() + sp.begin * half,
-                         rope_.sin.data() + sp.begin * half);
+    kernels::rope_sincos(inv_freq_.data(), half, pos, sp.len, f32, rope_cos_.data() + sp.begin * half,
+                         rope_sin_.data() + sp.begin * half);
   }
   ASTRAI_CHECK(covered == T, "training batch: documents cover ", covered, " of ", T, " tokens");
 }
@@ -75,9 +72,8 @@ void TrainModel::rope_tables(const TrainBatch& batch) {
 // Rotates the trailing rope_dim features of each head of x[tokens, heads, qk_head_dim].
 void TrainModel::rope(float* x, int64_t tokens, int64_t heads, bool inverse) const {
   const int64_t qkd = cfg_.qk_head_dim(), rot = cfg_.rope_dim();
-  const auto pairing = cfg_.rope_pairing == model::RopePairing::kAdjacent ? kernels::RopePairing::kInterleaved
-                                                                         : kernels::RopePairing::kHalf;
-  kernels::rope_apply(x + (qkd - rot), row_ids_.data(), tokens, heads, qkd, rot, pairing, rope_, inverse);
+  kernels::rope_rotate(x, tokens, heads, qkd, qkd - rot, rot / 2, rope_cos_.data(), rope_sin_.data(), cfg_.rope_pairing,
+                       inverse);
 }
 
 size_t TrainModel::num_params() const {
@@ -91,8 +87,8 @@ void TrainModel::init_weights(uint64_t seed, float std) {
   std::normal_distribution<float> normal(0.0f, std);
   for (const auto& s : layout_.specs()) {
     float* p = params_.data() + s.offset;
-    const bool is_norm = s.name.find("norm.weight") != std::string::npos;
-    const bool is_bias = s.name.size() > 5 && s.name.compare(s.name.size() - 5, 5, ".bias") == 0;
+    const bool is_norm = s.kind == model::ParamKind::kNorm;
+    const bool is_bias = s.kind == model::ParamKind::kBias;
     for (size_t i = 0; i < s.numel; ++i) p[i] = is_norm ? 1.0f : is_bias ? 0.0f : normal(rng);
   }
 }
@@ -185,13 +181,13 @@ void TrainModel::layer_forward(int64_t l, const TrainBatch& batch, const LayerAc
   const LayerTensors& P = p_.layers[l];
   const int64_t T = batch.num_tokens(), D = d.D, I = d.I, H = d.H, KV = d.KV, hd = d.qkd;
   const float eps = static_cast<float>(c.rms_norm_eps);
-  kernels::rmsnorm_forward_train(A.x_in, P.input_norm, T, D, eps, A.xn1, A.rstd1);
+  kernels::rmsnorm_forward_train(A.x_in, P.input_layernorm, T, D, eps, A.xn1, A.rstd1);
   if (c.is_mla()) {
     // q = h·Wq^T; latent = rmsnorm(h·Wkv_a^T); [k_nope | k_rope | v] per kv head = latent·Wkv_b^T.
-    linear_f32(A.xn1, T, P.wq, d.QD, D, nullptr, A.q);
-    linear_f32(A.xn1, T, P.w_kv_a, d.R, D, nullptr, A.lat_raw);
+    linear_f32(A.xn1, T, P.q_proj, d.QD, D, nullptr, A.q);
+    linear_f32(A.xn1, T, P.kv_a_proj, d.R, D, nullptr, A.lat_raw);
     kernels::rmsnorm_forward_train(A.lat_raw, P.kv_norm, T, d.R, eps, A.lat, A.rstd_kv);
-    linear_f32(A.lat, T, P.w_kv_b, KV * d.row, d.R, nullptr, kvb_);
+    linear_f32(A.lat, T, P.kv_b_proj, KV * d.row, d.R, nullptr, kvb_);
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < T * KV; ++i) {
       std::memcpy(A.k + i * d.qkd, kvb_ + i * d.row, sizeof(float) * d.qkd);
@@ -201,8 +197,8 @@ void TrainModel::layer_forward(int64_t l, const TrainBatch& batch, const LayerAc
     rope(A.k, T, KV, false);
   } else {
     if (c.qk_norm) {
-      linear_f32(A.xn1, T, P.wq, d.QD, D, P.bq, A.q_raw);
-      linear_f32(A.xn1, T, P.wk, d.KD, D, P.bk, A.k_raw);
+      linear_f32(A.xn1, T, P.q_proj, d.QD, D, P.q_bias, A.q_raw);
+      linear_f32(A.xn1, T, P.k_proj, d.KD, D, P.k_bias, A.k_raw);
       if (c.qk_norm_after_rope) {
         rope(A.q_raw, T, H, false);
         rope(A.k_raw, T, KV, false);
@@ -210,10 +206,10 @@ void TrainModel::layer_forward(int64_t l, const TrainBatch& batch, const LayerAc
       kernels::rmsnorm_forward_train(A.q_raw, P.q_norm, T * H, hd, eps, A.q, A.rstd_q);
       kernels::rmsnorm_forward_train(A.k_raw, P.k_norm, T * KV, hd, eps, A.k, A.rstd_k);
     } else {
-      linear_f32(A.xn1, T, P.wq, d.QD, D, P.bq, A.q);
-      linear_f32(A.xn1, T, P.wk, d.KD, D, P.bk, A.k);
+      linear_f32(A.xn1, T, P.q_proj, d.QD, D, P.q_bias, A.q);
+      linear_f32(A.xn1, T, P.k_proj, d.KD, D, P.k_bias, A.k);
     }
-    linear_f32(A.xn1, T, P.wv, d.VD, D, P.bv, A.v);
+    linear_f32(A.xn1, T, P.v_proj, d.VD, D, P.v_bias, A.v);
     if (!(c.qk_norm && c.qk_norm_after_rope)) {
       rope(A.q, T, H, false);
       rope(A.k, T, KV, false);
@@ -223,20 +219,20 @@ void TrainModel::layer_forward(int64_t l, const TrainBatch& batch, const LayerAc
   const float* y = A.att;
   const int64_t OD = d.OD;
   if (c.gated_attention) {
-    linear_f32(A.xn1, T, P.wgate_attn, OD, D, nullptr, A.gs);
+    linear_f32(A.xn1, T, P.gate, OD, D, nullptr, A.gs);
     kernels::sigmoid_forward(A.gs, T * OD, A.gs);
 #pragma omp parallel for simd schedule(static)
     for (int64_t i = 0; i < T * OD; ++i) A.y[i] = A.att[i] * A.gs[i];
     y = A.y;
   }
-  linear_f32(y, T, P.wo, D, OD, P.bo, A.x_mid);
+  linear_f32(y, T, P.o_proj, D, OD, P.o_bias, A.x_mid);
 #pragma omp parallel for simd schedule(static)
   for (int64_t i = 0; i < T * D; ++i) A.x_mid[i] += A.x_in[i];
-  kernels::rmsnorm_forward_train(A.x_mid, P.post_norm, T, D, eps, A.xn2, A.rstd2);
-  linear_f32(A.xn2, T, P.w_gate, I, D, P.b_gate, A.a);
-  linear_f32(A.xn2, T, P.w_up, I, D, P.b_up, A.b);
+  kernels::rmsnorm_forward_train(A.x_mid, P.post_attention_layernorm, T, D, eps, A.xn2, A.rstd2);
+  linear_f32(A.xn2, T, P.gate_proj, I, D, P.gate_proj_bias, A.a);
+  linear_f32(A.xn2, T, P.up_proj, I, D, P.up_proj_bias, A.b);
   kernels::swiglu_forward_train(A.a, A.b, T * I, A.h);
-  linear_f32(A.h, T, P.w_down, D, I, P.b_down, x_out);
+  linear_f32(A.h, T, P.down_proj, D, I, P.down_proj_bias, x_out);
 #pragma omp parallel for simd schedule(static)
   for (int64_t i = 0; i < T * D; ++i) x_out[i] += A.x_mid[i];
 }
@@ -250,12 +246,12 @@ float* TrainModel::forward(const TrainBatch& batch) {
   float* x0 = layer_acts_[0].x_in;
 #pragma omp parallel for schedule(static)
   for (int64_t t = 0; t < T; ++t)
-    std::memcpy(x0 + t * D, p_.embed + static_cast<int64_t>(batch.tokens[t]) * D, D * sizeof(float));
+    std::memcpy(x0 + t * D, p_.embed_tokens + static_cast<int64_t>(batch.tokens[t]) * D, D * sizeof(float));
   for (int64_t l = 0; l < layers; ++l) {
     float* x_out = l + 1 < layers ? layer_acts_[l + 1].x_in : x_final_;
     layer_forward(l, batch, layer_acts_[l], x_out);
   }
-  kernels::rmsnorm_forward_train(x_final_, p_.final_norm, T, D, eps, xf_, rstd_f_);
+  kernels::rmsnorm_forward_train(x_final_, p_.norm, T, D, eps, xf_, rstd_f_);
   linear_f32(xf_, T, p_.lm_head, V, D, nullptr, logits_);
   return logits_;
 }
@@ -267,14 +263,14 @@ void TrainModel::layer_backward(int64_t l, const TrainBatch& batch, const LayerA
   const LayerTensors& G = g_.layers[l];
   const int64_t T = batch.num_tokens(), D = d.D, I = d.I, H = d.H, KV = d.KV, hd = d.qkd, OD = d.OD;
   // MLP: dres is d(x_out); x_out = x_mid + down(h).
-  linear_backward_f32(dres, A.h, T, P.w_down, D, I, d_h_, false, G.w_down, G.b_down);
+  linear_backward_f32(dres, A.h, T, P.down_proj, D, I, d_h_, false, G.down_proj, G.down_proj_bias);
   kernels::swiglu_backward(d_h_, A.a, A.b, T * I, d_a_, d_b_);
-  linear_backward_f32(d_a_, A.xn2, T, P.w_gate, I, D, d_xn_, false, G.w_gate, G.b_gate);
-  linear_backward_f32(d_b_, A.xn2, T, P.w_up, I, D, d_xn_, true, G.w_up, G.b_up);
-  kernels::rmsnorm_backward(d_xn_, A.x_mid, P.post_norm, A.rstd2, T, D, dres, true, G.post_norm);
+  linear_backward_f32(d_a_, A.xn2, T, P.gate_proj, I, D, d_xn_, false, G.gate_proj, G.gate_proj_bias);
+  linear_backward_f32(d_b_, A.xn2, T, P.up_proj, I, D, d_xn_, true, G.up_proj, G.up_proj_bias);
+  kernels::rmsnorm_backward(d_xn_, A.x_mid, P.post_attention_layernorm, A.rstd2, T, D, dres, true, G.post_attention_layernorm);
   // Attention: dres is now d(x_mid); x_mid = x_in + o_proj(y).
   const float* y = c.gated_attention ? A.y : A.att;
-  linear_backward_f32(dres, y, T, P.wo, D, OD, d_y_, false, G.wo, G.bo);
+  linear_backward_f32(dres, y, T, P.o_proj, D, OD, d_y_, false, G.o_proj, G.o_bias);
   bool have_dxn = false;
   if (c.gated_attention) {
     // y = att ∘ g, g = sigmoid(z): d att = dy ∘ g; dz = dy ∘ att ∘ g(1 − g).
@@ -284,7 +280,7 @@ void TrainModel::layer_backward(int64_t l, const TrainBatch& batch, const LayerA
       d_att_[i] = d_y_[i] * g;
       d_y_[i] = d_y_[i] * A.att[i] * g * (1.0f - g);
     }
-    linear_backward_f32(d_y_, A.xn1, T, P.wgate_attn, OD, D, d_xn_, false, G.wgate_attn, nullptr);
+    linear_backward_f32(d_y_, A.xn1, T, P.gate, OD, D, d_xn_, false, G.gate, nullptr);
     have_dxn = true;
   } else {
     std::memcpy(d_att_, d_y_, sizeof(float) * T * OD);
@@ -293,16 +289,16 @@ void TrainModel::layer_backward(int64_t l, const TrainBatch& batch, const LayerA
   if (c.is_mla()) {
     rope(d_q_, T, H, true);
     rope(d_k_, T, KV, true);
-    linear_backward_f32(d_q_, A.xn1, T, P.wq, d.QD, D, d_xn_, have_dxn, G.wq, nullptr);
+    linear_backward_f32(d_q_, A.xn1, T, P.q_proj, d.QD, D, d_xn_, have_dxn, G.q_proj, nullptr);
     // d[k | v] back into the kv_b_proj output rows, then kv_b_proj, kv_norm, kv_a_proj.
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < T * KV; ++i) {
       std::memcpy(kvb_ + i * d.row, d_k_ + i * d.qkd, sizeof(float) * d.qkd);
       std::memcpy(kvb_ + i * d.row + d.qkd, d_v_ + i * d.vd, sizeof(float) * d.vd);
     }
-    linear_backward_f32(kvb_, A.lat, T, P.w_kv_b, KV * d.row, d.R, d_lat_, false, G.w_kv_b, nullptr);
+    linear_backward_f32(kvb_, A.lat, T, P.kv_b_proj, KV * d.row, d.R, d_lat_, false, G.kv_b_proj, nullptr);
     kernels::rmsnorm_backward(d_lat_, A.lat_raw, P.kv_norm, A.rstd_kv, T, d.R, d_lat_, false, G.kv_norm);
-    linear_backward_f32(d_lat_, A.xn1, T, P.w_kv_a, d.R, D, d_xn_, true, G.w_kv_a, nullptr);
+    linear_backward_f32(d_lat_, A.xn1, T, P.kv_a_proj, d.R, D, d_xn_, true, G.kv_a_proj, nullptr);
   } else {
     const bool rope_first = c.qk_norm && c.qk_norm_after_rope;  // forward: rope, then norm
     if (!rope_first) {
@@ -317,18 +313,18 @@ void TrainModel::layer_backward(int64_t l, const TrainBatch& batch, const LayerA
       rope(d_q_, T, H, true);
       rope(d_k_, T, KV, true);
     }
-    linear_backward_f32(d_q_, A.xn1, T, P.wq, d.QD, D, d_xn_, have_dxn, G.wq, G.bq);
-    linear_backward_f32(d_k_, A.xn1, T, P.wk, d.KD, D, d_xn_, true, G.wk, G.bk);
-    linear_backward_f32(d_v_, A.xn1, T, P.wv, d.VD, D, d_xn_, true, G.wv, G.bv);
+    linear_backward_f32(d_q_, A.xn1, T, P.q_proj, d.QD, D, d_xn_, have_dxn, G.q_proj, G.q_bias);
+    linear_backward_f32(d_k_, A.xn1, T, P.k_proj, d.KD, D, d_xn_, true, G.k_proj, G.k_bias);
+    linear_backward_f32(d_v_, A.xn1, T, P.v_proj, d.VD, D, d_xn_, true, G.v_proj, G.v_bias);
   }
-  kernels::rmsnorm_backward(d_xn_, A.x_in, P.input_norm, A.rstd1, T, D, dres, true, G.input_norm);
+  kernels::rmsnorm_backward(d_xn_, A.x_in, P.input_layernorm, A.rstd1, T, D, dres, true, G.input_layernorm);
 }
 
 void TrainModel::backward(const TrainBatch& batch, float* dlogits) {
   const int64_t T = batch.num_tokens(), D = cfg_.hidden_size, V = cfg_.vocab_size, layers = cfg_.num_hidden_layers;
   ASTRAI_CHECK(T <= capacity_, "backward without a matching forward");
   linear_backward_f32(dlogits, xf_, T, p_.lm_head, V, D, d_xn_, false, g_.lm_head, nullptr);
-  kernels::rmsnorm_backward(d_xn_, x_final_, p_.final_norm, rstd_f_, T, D, d_res_, false, g_.final_norm);
+  kernels::rmsnorm_backward(d_xn_, x_final_, p_.norm, rstd_f_, T, D, d_res_, false, g_.norm);
   for (int64_t l = layers - 1; l >= 0; --l) {
     if (recompute_) {
       float* x_out = l + 1 < layers ? layer_acts_[l + 1].x_in : x_final_;
@@ -338,7 +334,7 @@ void TrainModel::backward(const TrainBatch& batch, float* dlogits) {
   }
   // Embedding: scatter-add rows. Parallel over feature columns so each column's sum runs
   // in token order on one thread (deterministic, no atomics).
-  float* gE = g_.embed;
+  float* gE = g_.embed_tokens;
   const int64_t chunk = 64;
 #pragma omp parallel for schedule(static)
   for (int64_t c0 = 0; c0 < D; c0 += chunk) {

@@ -20,7 +20,6 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cpu/rope_backward.h"
 #include "model/config.h"
 #include "train/params.h"
 #include "train/train_batch.h"
@@ -73,8 +72,7 @@ class TrainModel {
   FloatBuffer params_, grads_;
   ModelTensors p_, g_;
   std::vector<double> inv_freq_;  // static scaling: computed once; dynamic: per document
-  kernels::RopeTable rope_;        // per-row cos/sin [tokens, rope_dim / 2], indexed by row_ids_
-  std::vector<int32_t> row_ids_;
+  std::vector<float> rope_cos_, rope_sin_;  // per token [tokens, rope_dim / 2]
 
   int64_t capacity_ = 0;  // tokens the activation buffers hold
   FloatBuffer acts_, scratch_;

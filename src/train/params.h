@@ -12,20 +12,22 @@
 
 #include "tensor/tensor.h"
 #include "model/config.h"
+#include "model/param_schema.h"
 
 namespace astrai::train {
 
 struct ParamSpec {
   std::string name;  // HF safetensors name, e.g. "model.layers.0.self_attn.q_proj.weight"
   Shape shape;
+  model::ParamKind kind = model::ParamKind::kMatrix;
   size_t offset = 0;   // in floats, into the buffer
   size_t numel = 0;
-  bool is_matrix = false;  // 2-D projection weights (decayed by default)
+  bool is_matrix = false;  // kind kMatrix: 2-D projection weights (decayed by default)
   bool is_embedding = false;
 };
 
-// Names, shapes and offsets of every parameter of a model::ModelConfig, in a fixed order
-// (the names and shapes of model::ModelWeights).
+// Offsets of every parameter of a model::ModelConfig in one flat buffer, in the schema's order
+// (model/param_schema.h: the names, shapes and kinds of model::ModelWeights).
 class ParamLayout {
  public:
   explicit ParamLayout(const model::ModelConfig& config);
@@ -34,7 +36,6 @@ class ParamLayout {
   const ParamSpec* find(const std::string& name) const;
 
  private:
-  size_t add(const std::string& name, Shape shape, bool matrix, bool embedding = false);
   std::vector<ParamSpec> specs_;
   std::map<std::string, size_t> index_;
   size_t total_ = 0;
@@ -55,25 +56,10 @@ class FloatBuffer {
   size_t size_ = 0;
 };
 
-// Pointers to each tensor of one layer / the model inside a buffer; null when the config
-// lacks that tensor (biases, qk-norm, gate, MLA or GQA projections, untied lm_head).
-struct LayerTensors {
-  float* input_norm = nullptr;
-  float *wq = nullptr, *bq = nullptr, *wk = nullptr, *bk = nullptr, *wv = nullptr, *bv = nullptr;
-  float *q_norm = nullptr, *k_norm = nullptr, *wgate_attn = nullptr;
-  float *w_kv_a = nullptr, *kv_norm = nullptr, *w_kv_b = nullptr;  // MLA
-  float *wo = nullptr, *bo = nullptr;
-  float* post_norm = nullptr;
-  float *w_gate = nullptr, *w_up = nullptr, *w_down = nullptr;
-  float *b_gate = nullptr, *b_up = nullptr, *b_down = nullptr;  // mlp_bias
-};
-
-struct ModelTensors {
-  float* embed = nullptr;
-  std::vector<LayerTensors> layers;
-  float* final_norm = nullptr;
-  float* lm_head = nullptr;  // == embed when tied
-};
+// Pointers to each parameter inside a buffer (model/param_schema.h's slots, as float*); null
+// where the config lacks that parameter; lm_head == embed_tokens when tied.
+using LayerTensors = model::LayerParams<float*>;
+using ModelTensors = model::ModelParams<float*>;
 
 ModelTensors bind_tensors(const model::ModelConfig& config, const ParamLayout& layout, float* base);
 

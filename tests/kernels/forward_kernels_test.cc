@@ -70,7 +70,7 @@ TEST(Rope, BothPairingsRotateTheRightPairs) {
   for (bool adjacent : {false, true}) {
     auto x = randn(tokens * heads * stride, 5);
     auto y = x;
-    rope_rotate(y.data(), tokens, heads, stride, offset, half, cos.data(), sin.data(), adjacent);
+    rope_rotate(y.data(), tokens, heads, stride, offset, half, cos.data(), sin.data(), adjacent ? RopePairing::kAdjacent : RopePairing::kHalf);
     for (int64_t t = 0; t < tokens; ++t) {
       for (int64_t h = 0; h < heads; ++h) {
         const float* a = x.data() + (t * heads + h) * stride;

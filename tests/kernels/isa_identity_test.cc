@@ -270,20 +270,13 @@ TEST_P(IsaIdentity, RopeBothPairingsAndTables) {
         [&](const KernelTable& t) {
           std::vector<float> cos(tokens * half), sin(tokens * half), y = x;
           t.rope_sincos(inv.data(), half, pos.data(), tokens, adjacent, cos.data(), sin.data());
-          t.rope_rotate(y.data(), tokens, heads, stride, offset, half, cos.data(), sin.data(), adjacent);
-          RopeTable table;
-          table.half = half;
-          table.cos.assign(4096 * half, 0.0f);
-          table.sin.assign(4096 * half, 0.0f);
-          std::vector<int32_t> all(4096);
-          std::iota(all.begin(), all.end(), 0);
-          t.rope_sincos(inv.data(), half, all.data(), 4096, true, table.cos.data(), table.sin.data());
-          std::vector<float> z(tokens * heads * 2 * half);
-          std::copy(x.begin(), x.begin() + static_cast<int64_t>(z.size()), z.begin());
-          for (bool inverse : {false, true})
-            t.rope_apply(z.data(), pos.data(), tokens, heads, 2 * half, 2 * half,
-                         adjacent ? RopePairing::kInterleaved : RopePairing::kHalf, table, inverse);
-          for (const auto* part : {&cos, &sin, &z}) y.insert(y.end(), part->begin(), part->end());
+          const RopePairing pairing = adjacent ? RopePairing::kAdjacent : RopePairing::kHalf;
+          t.rope_rotate(y.data(), tokens, heads, stride, offset, half, cos.data(), sin.data(), pairing, false);
+          std::vector<float> z = y;  // the backward (inverse) of the rotated heads, and of the input
+          t.rope_rotate(z.data(), tokens, heads, stride, offset, half, cos.data(), sin.data(), pairing, true);
+          std::vector<float> w = x;
+          t.rope_rotate(w.data(), tokens, heads, stride, 0, half, cos.data(), sin.data(), pairing, true);
+          for (const auto* part : {&cos, &sin, &z, &w}) y.insert(y.end(), part->begin(), part->end());
           return y;
         },
         std::string("rope, ") + (adjacent ? "adjacent pairs" : "halves"));

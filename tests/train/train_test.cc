@@ -15,7 +15,7 @@
 #include "kernels/cpu/linear_backward.h"
 #include "kernels/cpu/rmsnorm_backward.h"
 #include "kernels/cpu/rope.h"
-#include "kernels/cpu/rope_backward.h"
+#include "kernels/cpu/rope.h"
 #include "kernels/cpu/swiglu_backward.h"
 #include "model/transformer.h"
 #include "train/live_model.h"
@@ -102,25 +102,20 @@ TEST(TrainKernels, SwigluBackward) {
 }
 
 TEST(TrainKernels, RopeBackwardIsTranspose) {
-  for (auto pairing : {kernels::RopePairing::kHalf, kernels::RopePairing::kInterleaved}) {
-    const int64_t T = 5, H = 2, hd = 8;
-    const std::vector<double> inv = {1.0, 0.1, 0.01, 0.001};  // hd / 2 frequencies
-    std::vector<int32_t> rows(11);
-    for (int32_t p = 0; p <= 10; ++p) rows[static_cast<size_t>(p)] = p;
-    kernels::RopeTable table;  // one row per position 0..10
-    table.half = hd / 2;
-    table.cos.resize(11 * hd / 2);
-    table.sin.resize(11 * hd / 2);
-    kernels::rope_sincos(inv.data(), hd / 2, rows.data(), 11, true, table.cos.data(), table.sin.data());
+  for (auto pairing : {kernels::RopePairing::kHalf, kernels::RopePairing::kAdjacent}) {
+    const int64_t T = 5, H = 2, hd = 10, rot = 8, offset = hd - rot;  // RoPE on the trailing 8 features
+    const std::vector<double> inv = {1.0, 0.1, 0.01, 0.001};  // rot / 2 frequencies
     std::vector<int32_t> pos = {0, 3, 1, 7, 10};
+    std::vector<float> cos(T * rot / 2), sin(T * rot / 2);
+    kernels::rope_sincos(inv.data(), rot / 2, pos.data(), T, true, cos.data(), sin.data());
     auto x = randn(T * H * hd, 11), dy = randn(T * H * hd, 12);
     std::vector<float> y, dx = dy;
     auto loss = [&] {
       y = x;
-      kernels::rope_apply(y.data(), pos.data(), T, H, hd, hd, pairing, table, false);
+      kernels::rope_rotate(y.data(), T, H, hd, offset, rot / 2, cos.data(), sin.data(), pairing, false);
       return weighted_sum(y, dy);
     };
-    kernels::rope_apply(dx.data(), pos.data(), T, H, hd, hd, pairing, table, true);
+    kernels::rope_rotate(dx.data(), T, H, hd, offset, rot / 2, cos.data(), sin.data(), pairing, true);
     expect_grad(x, dx, loss);
   }
 }

@@ -134,8 +134,8 @@ void rope_sincos(const double* inv_freq, int64_t half, const int32_t* positions,
   active().rope_sincos(inv_freq, half, positions, n, f32_angle, cos, sin);
 }
 void rope_rotate(float* x, int64_t tokens, int64_t heads, int64_t head_stride, int64_t rot_offset, int64_t half,
-                 const float* cos, const float* sin, bool adjacent) {
-  active().rope_rotate(x, tokens, heads, head_stride, rot_offset, half, cos, sin, adjacent);
+                 const float* cos, const float* sin, RopePairing pairing, bool inverse) {
+  active().rope_rotate(x, tokens, heads, head_stride, rot_offset, half, cos, sin, pairing, inverse);
 }
 void swiglu(const float* gate, const float* up, int64_t n, float* out) { active().swiglu(gate, up, n, out); }
 void mul_sigmoid(float* x, const float* g, int64_t n) { active().mul_sigmoid(x, g, n); }
@@ -173,10 +173,6 @@ void rmsnorm_forward_train(const float* x, const float* w, int64_t rows, int64_t
 void rmsnorm_backward(const float* dy, const float* x, const float* w, const float* rstd, int64_t rows, int64_t dim,
                       float* dx, bool accumulate_dx, float* dw) {
   active().rmsnorm_backward(dy, x, w, rstd, rows, dim, dx, accumulate_dx, dw);
-}
-void rope_apply(float* x, const int32_t* positions, int64_t tokens, int64_t heads, int64_t head_dim, int64_t rot_dim,
-                RopePairing pairing, const RopeTable& table, bool inverse) {
-  active().rope_apply(x, positions, tokens, heads, head_dim, rot_dim, pairing, table, inverse);
 }
 void attention_forward_train(const float* q, const float* k, const float* v, const std::vector<AttnSpan>& spans,
                              const AttnShape& s, float* out, float* lse) {

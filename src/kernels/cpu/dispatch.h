@@ -20,7 +20,6 @@
 #include "kernels/cpu/rmsnorm.h"
 #include "kernels/cpu/rmsnorm_backward.h"
 #include "kernels/cpu/rope.h"
-#include "kernels/cpu/rope_backward.h"
 #include "kernels/cpu/softmax.h"
 #include "kernels/cpu/swiglu_backward.h"
 
@@ -51,7 +50,6 @@ struct KernelTable {
   decltype(&kernels::sigmoid_forward) sigmoid_forward;
   decltype(&kernels::rmsnorm_forward_train) rmsnorm_forward_train;
   decltype(&kernels::rmsnorm_backward) rmsnorm_backward;
-  decltype(&kernels::rope_apply) rope_apply;
   decltype(&kernels::attention_forward_train) attention_forward_train;
   decltype(&kernels::attention_backward) attention_backward;
   decltype(&kernels::linear_f32) linear_f32;

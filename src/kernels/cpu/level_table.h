@@ -17,7 +17,6 @@ void fill_linear_backward(KernelTable& t);
 void fill_rmsnorm(KernelTable& t);
 void fill_rmsnorm_backward(KernelTable& t);
 void fill_rope(KernelTable& t);
-void fill_rope_backward(KernelTable& t);
 void fill_softmax(KernelTable& t);
 void fill_swiglu_backward(KernelTable& t);
 

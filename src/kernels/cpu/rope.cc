@@ -24,7 +24,8 @@ void rope_sincos(const double* inv_freq, int64_t half, const int32_t* positions,
 }
 
 void rope_rotate(float* x, int64_t tokens, int64_t heads, int64_t head_stride, int64_t rot_offset, int64_t half,
-                 const float* cos, const float* sin, bool adjacent) {
+                 const float* cos, const float* sin, RopePairing pairing, bool inverse) {
+  const bool adjacent = pairing == RopePairing::kAdjacent;
 #pragma omp parallel for schedule(static) if (tokens * heads * half > (1 << 15))
   for (int64_t i = 0; i < tokens; ++i) {
     const float* c = cos + i * half;
@@ -33,17 +34,17 @@ void rope_rotate(float* x, int64_t tokens, int64_t heads, int64_t head_stride, i
       float* v = x + (i * heads + h) * head_stride + rot_offset;
       if (adjacent) {
         for (int64_t f = 0; f < half; ++f) {
-          const float a = v[2 * f], b = v[2 * f + 1];
-          v[2 * f] = a * c[f] - b * s[f];
-          v[2 * f + 1] = a * s[f] + b * c[f];
+          const float a = v[2 * f], b = v[2 * f + 1], sf = inverse ? -s[f] : s[f];
+          v[2 * f] = a * c[f] - b * sf;
+          v[2 * f + 1] = a * sf + b * c[f];
         }
       } else {
         float* lo = v;
         float* hi = v + half;
         for (int64_t f = 0; f < half; ++f) {
-          const float a = lo[f], b = hi[f];
-          lo[f] = a * c[f] - b * s[f];
-          hi[f] = b * c[f] + a * s[f];
+          const float a = lo[f], b = hi[f], sf = inverse ? -s[f] : s[f];
+          lo[f] = a * c[f] - b * sf;
+          hi[f] = b * c[f] + a * sf;
         }
       }
     }

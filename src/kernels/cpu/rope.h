@@ -1,9 +1,11 @@
-// Rotary position embedding for the inference forward. The frequencies (and any scaling)
+// Rotary position embedding, forward and backward. The frequencies (and any scaling)
 // are the model's business; this file fills cos/sin tables for given inverse frequencies
 // and rotates heads in place.
 #pragma once
 
 #include <cstdint>
+
+#include "kernels/rope_pairing.h"
 
 namespace astrai::kernels {
 
@@ -15,9 +17,9 @@ void rope_sincos(const double* inv_freq, int64_t half, const int32_t* positions,
                  float* cos, float* sin);
 
 // Rotates dims [rot_offset, rot_offset + 2 * half) of every head of x[tokens, heads, head_stride]
-// in place, token i by cos/sin row i. adjacent: pairs (2f, 2f + 1) (reference AstrAI);
-// otherwise pairs (f, f + half) (Hugging Face rotate_half).
+// in place, token i by cos/sin row i, features paired as `pairing` says. inverse rotates by the
+// negated angle: the transpose, which is the backward (the rotation is linear in x).
 void rope_rotate(float* x, int64_t tokens, int64_t heads, int64_t head_stride, int64_t rot_offset, int64_t half,
-                 const float* cos, const float* sin, bool adjacent);
+                 const float* cos, const float* sin, RopePairing pairing, bool inverse = false);
 
 }  // namespace astrai::kernels

@@ -26,7 +26,6 @@ KernelTable make_table() {
   fill_rmsnorm(t);
   fill_rmsnorm_backward(t);
   fill_rope(t);
-  fill_rope_backward(t);
   fill_softmax(t);
   fill_swiglu_backward(t);
   return t;
