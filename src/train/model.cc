@@ -5,9 +5,11 @@
 #include <cstring>
 #include <random>
 
+#include "kernels/cpu/activation.h"
 #include "kernels/cpu/attention_backward.h"
 #include "kernels/cpu/linear_backward.h"
 #include "kernels/cpu/rope.h"
+#include "kernels/cpu/rmsnorm.h"
 #include "kernels/cpu/rmsnorm_backward.h"
 #include "kernels/cpu/swiglu_backward.h"
 #include "model/transformer.h"
@@ -231,7 +233,7 @@ void TrainModel::layer_forward(int64_t l, const TrainBatch& batch, const LayerAc
   kernels::rmsnorm_forward_train(A.x_mid, P.post_attention_layernorm, T, D, eps, A.xn2, A.rstd2);
   linear_f32(A.xn2, T, P.gate_proj, I, D, P.gate_proj_bias, A.a);
   linear_f32(A.xn2, T, P.up_proj, I, D, P.up_proj_bias, A.b);
-  kernels::swiglu_forward_train(A.a, A.b, T * I, A.h);
+  kernels::swiglu(A.a, A.b, T * I, A.h);
   linear_f32(A.h, T, P.down_proj, D, I, P.down_proj_bias, x_out);
 #pragma omp parallel for simd schedule(static)
   for (int64_t i = 0; i < T * D; ++i) x_out[i] += A.x_mid[i];

@@ -5,16 +5,18 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <random>
 #include <vector>
 
+#include "kernels/cpu/activation.h"
 #include "kernels/cpu/attention_backward.h"
 #include "kernels/cpu/cross_entropy_backward.h"
 #include "kernels/cpu/linear_backward.h"
 #include "kernels/cpu/rmsnorm_backward.h"
-#include "kernels/cpu/rope.h"
+#include "kernels/cpu/rmsnorm.h"
 #include "kernels/cpu/rope.h"
 #include "kernels/cpu/swiglu_backward.h"
 #include "model/transformer.h"
@@ -93,7 +95,7 @@ TEST(TrainKernels, SwigluBackward) {
   auto a = randn(n, 8, 2.0f), b = randn(n, 9), dh = randn(n, 10);
   std::vector<float> h(n), da(n), db(n);
   auto loss = [&] {
-    kernels::swiglu_forward_train(a.data(), b.data(), n, h.data());
+    kernels::swiglu(a.data(), b.data(), n, h.data());
     return weighted_sum(h, dh);
   };
   kernels::swiglu_backward(dh.data(), a.data(), b.data(), n, da.data(), db.data());
@@ -221,9 +223,9 @@ TEST(TrainOptimizer, AdamWDecaysOnlyMatrices) {
   }
 }
 
-// The trainer's forward on live weights equals model::Transformer (the inference forward),
-// before and after an optimizer step, per config.
-void expect_view_matches_trainer(const Json& config_json, float rel_tol) {
+// The trainer's forward on live weights gives model::Transformer's logits (the inference
+// forward) bit for bit, before and after an optimizer step, per config.
+void expect_view_matches_trainer(const Json& config_json) {
   const auto config = model::ModelConfig::from_json(config_json, "cfg");
   TrainModel m(config);
   m.init_weights(3, 0.2f);
@@ -249,8 +251,8 @@ void expect_view_matches_trainer(const Json& config_json, float rel_tol) {
     for (float v : logits) scale = std::max(scale, std::fabs(v));
     double worst = 0.0;
     for (size_t i = 0; i < logits.size(); ++i) worst = std::max(worst, std::fabs(double(logits[i]) - ours[i]) / scale);
-    EXPECT_LE(worst, rel_tol) << config.summary();
-    std::printf("train vs inference forward, %s: worst relative error %.2e\n", config.summary().c_str(), worst);
+    EXPECT_EQ(worst, 0.0) << config.summary() << ": the training forward must give the inference forward's bits";
+    EXPECT_EQ(std::memcmp(logits.data(), ours, logits.size() * sizeof(float)), 0) << config.summary();
   };
   check_same();
   // An optimizer step on the trainer's buffer is seen by the inference view.
@@ -262,7 +264,7 @@ void expect_view_matches_trainer(const Json& config_json, float rel_tol) {
   check_same();
 }
 
-TEST(TrainLiveWeights, TransformerViewMatchesTrainerForward) { expect_view_matches_trainer(tiny_config(), 1e-5f); }
+TEST(TrainLiveWeights, TransformerViewMatchesTrainerForward) { expect_view_matches_trainer(tiny_config()); }
 
 Json mla_config() {
   return Json{{"model_type", "autoregressive_lm"}, {"vocab_size", 50}, {"hidden_size", 32},
@@ -272,7 +274,7 @@ Json mla_config() {
               {"tie_word_embeddings", false}, {"attention_bias", true}, {"max_position_embeddings", 64}};
 }
 
-TEST(TrainLiveWeights, TransformerViewMatchesTrainerForwardMla) { expect_view_matches_trainer(mla_config(), 1e-5f); }
+TEST(TrainLiveWeights, TransformerViewMatchesTrainerForwardMla) { expect_view_matches_trainer(mla_config()); }
 
 TEST(TrainLiveWeights, TransformerViewMatchesTrainerForwardMlaGateDynamic) {
   Json c = mla_config();
@@ -282,7 +284,20 @@ TEST(TrainLiveWeights, TransformerViewMatchesTrainerForwardMlaGateDynamic) {
   c["mlp_bias"] = true;
   c["max_position_embeddings"] = 16;
   c["rope_scaling"] = Json{{"type", "dynamic"}, {"factor", 2.0}};
-  expect_view_matches_trainer(c, 1e-5f);
+  expect_view_matches_trainer(c);
+}
+
+TEST(TrainLiveWeights, TransformerViewMatchesTrainerForwardQkNormGateMqa) {
+  Json c = tiny_config();
+  c["model_type"] = "qwen3";
+  c["num_key_value_heads"] = 1;
+  c["head_dim"] = 12;
+  c["tie_word_embeddings"] = true;
+  expect_view_matches_trainer(c);
+  c["model_type"] = "autoregressive_lm";  // the reference's qk-norm after RoPE, adjacent pairs, gate
+  c["use_qk_norm"] = true;
+  c["use_gated_attention"] = true;
+  expect_view_matches_trainer(c);
 }
 
 TEST(TrainLiveWeights, TransformerViewMatchesTrainerForwardMlpBiasDynamic) {
@@ -291,7 +306,7 @@ TEST(TrainLiveWeights, TransformerViewMatchesTrainerForwardMlpBiasDynamic) {
   c["mlp_bias"] = true;
   c["max_position_embeddings"] = 16;
   c["rope_scaling"] = Json{{"type", "dynamic"}, {"factor", 2.0}};
-  expect_view_matches_trainer(c, 1e-5f);
+  expect_view_matches_trainer(c);
 }
 
 TEST(TrainLiveWeights, SavedWeightsLoadInModelLayer) {

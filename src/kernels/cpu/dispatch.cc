@@ -159,9 +159,6 @@ void token_logprobs_backward(const float* logits, const int32_t* targets, const 
                              int64_t vocab, float* dlogits) {
   active().token_logprobs_backward(logits, targets, dlogp, rows, vocab, dlogits);
 }
-void swiglu_forward_train(const float* a, const float* b, int64_t n, float* h) {
-  active().swiglu_forward_train(a, b, n, h);
-}
 void swiglu_backward(const float* dh, const float* a, const float* b, int64_t n, float* da, float* db) {
   active().swiglu_backward(dh, a, b, n, da, db);
 }

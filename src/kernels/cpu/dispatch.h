@@ -45,7 +45,6 @@ struct KernelTable {
   decltype(&kernels::cross_entropy_forward_backward) cross_entropy_forward_backward;
   decltype(&kernels::token_logprobs) token_logprobs;
   decltype(&kernels::token_logprobs_backward) token_logprobs_backward;
-  decltype(&kernels::swiglu_forward_train) swiglu_forward_train;
   decltype(&kernels::swiglu_backward) swiglu_backward;
   decltype(&kernels::sigmoid_forward) sigmoid_forward;
   decltype(&kernels::rmsnorm_forward_train) rmsnorm_forward_train;

@@ -3,20 +3,17 @@
 #include <cblas.h>
 
 #include "kernels/cpu/level_table.h"
+#include "kernels/cpu/matmul.h"
 
 ASTRAI_KERNELS_BEGIN
 
+// The level's batch-invariant linear (matmul.cc): the training forward gives the bits of the
+// inference forward.
+void linear(const float* x, int64_t m, const WeightView& w, const float* bias, float* y);
+
 void linear_f32(const float* x, int64_t m, const float* w, int64_t n, int64_t k, const float* bias,
                 float* y) {
-  if (m == 0) return;
-  if (bias != nullptr) {
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < m; ++i)
-      for (int64_t j = 0; j < n; ++j) y[i * n + j] = bias[j];
-  }
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(m), static_cast<int>(n),
-              static_cast<int>(k), 1.0f, x, static_cast<int>(k), w, static_cast<int>(k),
-              bias != nullptr ? 1.0f : 0.0f, y, static_cast<int>(n));
+  ASTRAI_ISA::linear(x, m, WeightView{w, DType::kF32, n, k}, bias, y);
 }
 
 void linear_backward_f32(const float* dy, const float* x, int64_t m, const float* w, int64_t n,

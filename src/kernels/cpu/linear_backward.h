@@ -1,6 +1,8 @@
-// Training-side linear layers over owned f32 weights (HF [out, in] layout), backed by SGEMM.
-//   forward:  y[M, N]  = x[M, K] · W[N, K]^T (+ b)
+// Training-side linear layers over owned f32 weights (HF [out, in] layout).
+//   forward:  y[M, N]  = x[M, K] · W[N, K]^T (+ b): kernels::linear, so the training forward
+//             has the bits of the inference forward
 //   backward: dx[M, K] (+)= dy[M, N] · W[N, K];  dW[N, K] += dy^T · x;  db[N] += Σ_rows dy
+//             (SGEMM)
 // Gradients of parameters always accumulate (micro-batches add into the same buffers); dx
 // overwrites unless `accumulate_dx` (several projections read the same input).
 #pragma once

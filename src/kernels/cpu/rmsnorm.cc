@@ -9,10 +9,12 @@ ASTRAI_KERNELS_BEGIN
 
 namespace {
 
-inline void norm_row(const float* xr, int64_t dim, const float* w, float eps, float* yr) {
+// Returns the row's rstd (the training forward saves it for the backward).
+inline float norm_row(const float* xr, int64_t dim, const float* w, float eps, float* yr) {
   const float mean = sum_squares(xr, dim) / static_cast<float>(dim);
   const float rstd = 1.0f / std::sqrt(mean + eps);
   for (int64_t i = 0; i < dim; ++i) yr[i] = w[i] * (xr[i] * rstd);
+  return rstd;
 }
 
 // Small problems stay on one thread: forking costs more than the work. From 8192 elements
@@ -37,9 +39,16 @@ void add_rmsnorm(float* x, const float* delta, int64_t rows, int64_t dim, const 
   }
 }
 
+void rmsnorm_forward_train(const float* x, const float* w, int64_t rows, int64_t dim, float eps, float* y,
+                           float* rstd) {
+#pragma omp parallel for schedule(static) if (rows * dim > kParallelMin)
+  for (int64_t r = 0; r < rows; ++r) rstd[r] = norm_row(x + r * dim, dim, w, eps, y + r * dim);
+}
+
 void fill_rmsnorm(KernelTable& t) {
   t.rmsnorm = &rmsnorm;
   t.add_rmsnorm = &add_rmsnorm;
+  t.rmsnorm_forward_train = &rmsnorm_forward_train;
 }
 
 ASTRAI_KERNELS_END

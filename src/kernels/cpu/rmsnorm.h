@@ -12,5 +12,9 @@ void rmsnorm(const float* x, int64_t rows, int64_t dim, const float* w, float ep
 // not alias x or delta). The same operations as add_inplace followed by rmsnorm, so the same
 // bits; one parallel region and one read of x instead of two.
 void add_rmsnorm(float* x, const float* delta, int64_t rows, int64_t dim, const float* w, float eps, float* y);
+// rmsnorm (the same bits) that also writes each row's rstd = 1 / sqrt(mean(x²) + eps), which the
+// backward (rmsnorm_backward.h) needs. y must not alias x.
+void rmsnorm_forward_train(const float* x, const float* w, int64_t rows, int64_t dim, float eps, float* y,
+                           float* rstd);
 
 }  // namespace astrai::kernels

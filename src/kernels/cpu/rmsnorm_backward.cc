@@ -9,20 +9,6 @@
 
 ASTRAI_KERNELS_BEGIN
 
-void rmsnorm_forward_train(const float* x, const float* w, int64_t rows, int64_t dim, float eps,
-                           float* y, float* rstd) {
-#pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* xr = x + r * dim;
-    float ss = 0.0f;
-    for (int64_t i = 0; i < dim; ++i) ss += xr[i] * xr[i];
-    const float s = 1.0f / std::sqrt(ss / static_cast<float>(dim) + eps);
-    rstd[r] = s;
-    float* yr = y + r * dim;
-    for (int64_t i = 0; i < dim; ++i) yr[i] = xr[i] * s * w[i];
-  }
-}
-
 void rmsnorm_backward(const float* dy, const float* x, const float* w, const float* rstd,
                       int64_t rows, int64_t dim, float* dx, bool accumulate_dx, float* dw) {
   // dw is reduced over rows: each thread sums a contiguous block of rows into its own
@@ -54,7 +40,6 @@ void rmsnorm_backward(const float* dy, const float* x, const float* w, const flo
 }
 
 void fill_rmsnorm_backward(KernelTable& t) {
-  t.rmsnorm_forward_train = &rmsnorm_forward_train;
   t.rmsnorm_backward = &rmsnorm_backward;
 }
 

@@ -24,13 +24,6 @@ void for_each_step(int64_t total, Fn&& fn) {
 }
 }  // namespace
 
-void swiglu_forward_train(const float* a, const float* b, int64_t n, float* h) {
-  for_each_step(n, [&](int64_t i, int64_t k) {
-    const Vec16 av = vload_n(a + i, k);
-    vstore_n(h + i, av * sigmoid(av) * vload_n(b + i, k), k);
-  });
-}
-
 void swiglu_backward(const float* dh, const float* a, const float* b, int64_t n, float* da, float* db) {
   const Vec16 one(1.0f);
   for_each_step(n, [&](int64_t i, int64_t k) {
@@ -44,12 +37,10 @@ void swiglu_backward(const float* dh, const float* a, const float* b, int64_t n,
 }
 
 void sigmoid_forward(const float* x, int64_t n, float* g) {
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < n; ++i) g[i] = 1.0f / (1.0f + std::exp(-x[i]));
+  for_each_step(n, [&](int64_t i, int64_t k) { vstore_n(g + i, sigmoid(vload_n(x + i, k)), k); });
 }
 
 void fill_swiglu_backward(KernelTable& t) {
-  t.swiglu_forward_train = &swiglu_forward_train;
   t.swiglu_backward = &swiglu_backward;
   t.sigmoid_forward = &sigmoid_forward;
 }
