@@ -7,9 +7,9 @@ namespace astrai::train {
 AdamW::AdamW(const ParamLayout& layout, AdamWConfig config)
     : config_(config), m_(layout.total()), v_(layout.total()) {
   for (const auto& s : layout.specs()) {
-    bool decay = s.is_matrix;
-    if (s.is_embedding) decay = config.decay_embeddings;
-    else if (!s.is_matrix) decay = config.decay_norms_and_biases;
+    bool decay = s.kind == model::ParamKind::kMatrix;
+    if (s.kind == model::ParamKind::kEmbedding) decay = config.decay_embeddings;
+    else if (!decay) decay = config.decay_norms_and_biases;
     ranges_.push_back({s.offset, s.offset + s.numel, decay});
   }
 }

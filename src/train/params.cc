@@ -15,8 +15,6 @@ ParamLayout::ParamLayout(const model::ModelConfig& c) {
     s.shape = info.shape;
     s.kind = info.kind;
     s.offset = total_;
-    s.is_matrix = info.kind == model::ParamKind::kMatrix;
-    s.is_embedding = info.kind == model::ParamKind::kEmbedding;
     // Every tensor starts on a 64-byte boundary so SIMD loads of any tensor are aligned.
     total_ += (s.numel + 15) / 16 * 16;
     index_[s.name] = specs_.size();

@@ -19,11 +19,9 @@ namespace astrai::train {
 struct ParamSpec {
   std::string name;  // HF safetensors name, e.g. "model.layers.0.self_attn.q_proj.weight"
   Shape shape;
-  model::ParamKind kind = model::ParamKind::kMatrix;
+  model::ParamKind kind = model::ParamKind::kMatrix;  // kMatrix: projections (decayed by default)
   size_t offset = 0;   // in floats, into the buffer
   size_t numel = 0;
-  bool is_matrix = false;  // kind kMatrix: 2-D projection weights (decayed by default)
-  bool is_embedding = false;
 };
 
 // Offsets of every parameter of a model::ModelConfig in one flat buffer, in the schema's order

@@ -218,7 +218,7 @@ TEST(TrainOptimizer, AdamWDecaysOnlyMatrices) {
   adam.step(m.params().data(), m.grads().data(), 0.1f);  // zero gradients: only decay acts
   for (const auto& s : m.layout().specs()) {
     const float* p = m.params().data() + s.offset;
-    const float expect = s.is_matrix ? 0.95f : 1.0f;
+    const float expect = s.kind == model::ParamKind::kMatrix ? 0.95f : 1.0f;
     for (size_t i = 0; i < s.numel; ++i) ASSERT_FLOAT_EQ(p[i], before[s.offset + i] * expect) << s.name;
   }
 }

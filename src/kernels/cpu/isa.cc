@@ -56,7 +56,13 @@ CpuInfo detect() {
   CpuInfo info;
   info.arch = "x86_64";
   info.model = brand();
-  const uint32_t max_leaf = cpuid(0).a;
+  const Regs l0 = cpuid(0);
+  const uint32_t max_leaf = l0.a;
+  char vendor[13] = {};  // "GenuineIntel", "AuthenticAMD", ...: ebx, edx, ecx
+  std::memcpy(vendor, &l0.b, 4);
+  std::memcpy(vendor + 4, &l0.d, 4);
+  std::memcpy(vendor + 8, &l0.c, 4);
+  info.vendor = vendor;
   const Regs l1 = cpuid(1);
   const Regs l7 = max_leaf >= 7 ? cpuid(7, 0) : Regs{};
   const Regs l7s1 = max_leaf >= 7 && l7.a >= 1 ? cpuid(7, 1) : Regs{};

@@ -18,6 +18,7 @@ Isa parse_isa(std::string_view name);
 
 struct CpuInfo {
   std::string model;                  // e.g. "AMD EPYC 7B13" (empty if unknown)
+  std::string vendor;                 // x86-64 cpuid vendor: "GenuineIntel", "AuthenticAMD" (else empty)
   std::string arch;                   // "x86_64" or "aarch64"
   std::vector<std::string> features;  // detected features that matter to us, in a fixed order
   std::vector<Isa> supported;         // levels compiled into this binary that this CPU can run, lowest first
