@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "infer/engine.h"
+#include "infer/kv_storage.h"
 #include "model/batch.h"
 #include "model/forward_profile.h"
 
@@ -25,14 +26,17 @@ struct ModelInfo {
   DType weight_dtype = DType::kF32; // of the weight matrices: picks the KV cache dtype under "auto"
 };
 
-// One forward pass over a packed ragged batch: writes the new tokens' K/V into their page
-// slots, attends through the page tables, and writes vocab_size logits for every row in
-// batch.logit_rows (in that order). Called from the engine thread only.
+// A model on a device. make_kv_storage gives the KV cache's page memory on that device (the
+// engine keeps it; the pool hands out its page ids); forward runs one pass over a packed ragged
+// batch: writes the new tokens' K/V into their page slots, attends through the page tables, and
+// writes vocab_size logits for every row in batch.logit_rows (in that order). Called from the
+// engine thread only.
 class ForwardBackend {
  public:
   virtual ~ForwardBackend() = default;
   virtual const ModelInfo& info() const = 0;
-  virtual void forward(const model::Batch& batch, const model::PagedKv& kv, float* logits) = 0;
+  virtual std::unique_ptr<KvStorage> make_kv_storage(const KvLayout& layout, int32_t pages) const = 0;
+  virtual void forward(const model::Batch& batch, const KvStorage& kv, float* logits) = 0;
   // Seconds per forward operation since construction (all zero if the model does not measure
   // them).
   virtual model::ForwardProfile profile() const { return {}; }

@@ -80,6 +80,7 @@ Engine::Impl::Impl(std::unique_ptr<ForwardBackend> backend, std::unique_ptr<Text
       codec_(std::move(codec)),
       options_(options),
       pool_(layout_of(backend_->info(), options), options.kv_cache_bytes),
+      kv_(backend_->make_kv_storage(pool_.layout(), pool_.num_pages())),
       scheduler_(pool_, scheduler_options(options)),
       runner_(*backend_) {
   const ModelInfo& info = backend_->info();
@@ -336,7 +337,7 @@ void Engine::Impl::fork(Sequence* parent) {
         child->pages.push_back(parent->pages[p]);
       }
       if (partial) {
-        pool_.copy_page(parent->pages[full], extra[0]);
+        kv_->copy_page(parent->pages[full], extra[0]);
         child->pages.push_back(extra[0]);
       }
       child->num_computed = parent->num_computed;
@@ -422,7 +423,7 @@ void Engine::Impl::step() {
   for (const auto& item : items_) tokens += item.num_tokens;
   const double t_schedule = timer.seconds();
   try {
-    runner_.run(items_, pool_.paged_kv());
+    runner_.run(items_, *kv_);
   } catch (const std::exception& e) {
     // The step's K/V may be half written: fail its requests and drop their pages.
     log_error("forward pass failed: ", e.what());

@@ -64,6 +64,7 @@ class Engine::Impl {
   Sequence* new_sequence(Active& active, int32_t choice);
 
   KvPool pool_;
+  std::unique_ptr<KvStorage> kv_;  // the pages' memory, the backend's (pool_ hands out their ids)
   Scheduler scheduler_;
   Runner runner_;
   Sampler sampler_;

@@ -1,7 +1,6 @@
 #include "infer/kv_pool.h"
 
 #include <algorithm>
-#include <cstring>
 
 #include "base/error.h"
 
@@ -9,33 +8,11 @@ namespace astrai::infer {
 
 KvPool::KvPool(const KvLayout& layout, int64_t budget_bytes, int32_t min_pages)
     : layout_(layout), index_(layout.page_size) {
-  ASTRAI_CHECK(layout.num_layers > 0 && layout.num_kv_heads > 0 && layout.k_head_dim > 0 && layout.v_head_dim > 0,
-               "KV cache: bad model layout (", layout.num_layers, " layers, ", layout.num_kv_heads, " kv heads)");
-  ASTRAI_CHECK(layout.page_size >= 1 && layout.page_size <= 4096, "KV cache: page size must be in [1, 4096], got ",
-               layout.page_size);
-  ASTRAI_CHECK(layout.dtype == DType::kF32 || layout.dtype == DType::kBF16, "KV cache: elements must be F32 or BF16, not ",
-               dtype_name(layout.dtype));
+  layout.validate();
   const int64_t pages64 = std::max<int64_t>(budget_bytes / layout.page_bytes(), min_pages);
   ASTRAI_CHECK(pages64 >= 1 && pages64 < (int64_t{1} << 30), "KV cache: budget of ", budget_bytes,
                " bytes gives ", pages64, " pages of ", layout.page_bytes(), " bytes");
   const int32_t pages = static_cast<int32_t>(pages64);
-  // HugeBuffer counts floats: the byte size of each layer's K (V) array, rounded up to floats.
-  const size_t esz = dtype_size(layout.dtype);
-  const size_t k_floats = (size_t(pages) * layout.page_size * layout.num_kv_heads * layout.k_head_dim * esz + 3) / 4;
-  const size_t v_floats = (size_t(pages) * layout.page_size * layout.num_kv_heads * layout.v_head_dim * esz + 3) / 4;
-  kv_.page_size = layout.page_size;
-  kv_.dtype = layout.dtype;
-  kv_.num_kv_heads = layout.num_kv_heads;
-  kv_.k_head_dim = layout.k_head_dim;
-  kv_.v_head_dim = layout.v_head_dim;
-  k_storage_.resize(layout.num_layers);
-  v_storage_.resize(layout.num_layers);
-  for (int32_t l = 0; l < layout.num_layers; ++l) {
-    k_storage_[l] = HugeBuffer(k_floats);  // zero-filled
-    v_storage_[l] = HugeBuffer(v_floats);
-    kv_.k_pages.push_back(k_storage_[l].data());
-    kv_.v_pages.push_back(v_storage_[l].data());
-  }
   refcount_.assign(pages, 0);
   lru_pos_.resize(pages);
   in_lru_.assign(pages, 0);
@@ -134,18 +111,6 @@ void KvPool::invalidate(uint64_t new_weights_version) {
     free_.push_back(p);
   }
   lru_.clear();
-}
-
-void KvPool::copy_page(int32_t src, int32_t dst) {
-  const size_t esz = dtype_size(layout_.dtype);
-  const size_t kn = size_t(layout_.page_size) * layout_.num_kv_heads * layout_.k_head_dim * esz;  // bytes
-  const size_t vn = size_t(layout_.page_size) * layout_.num_kv_heads * layout_.v_head_dim * esz;
-  for (int32_t l = 0; l < layout_.num_layers; ++l) {
-    char* k = static_cast<char*>(kv_.k_pages[l]);
-    char* v = static_cast<char*>(kv_.v_pages[l]);
-    std::memcpy(k + dst * kn, k + src * kn, kn);
-    std::memcpy(v + dst * vn, v + src * vn, vn);
-  }
 }
 
 std::string KvPool::check_invariants() const {

@@ -1,5 +1,5 @@
-// The paged KV cache: storage in model::PagedKv layout, sized from a byte budget, plus the
-// bookkeeping of every page. A page is in exactly one state:
+// The bookkeeping of the paged KV cache's pages, sized from a byte budget (the page memory is
+// the backend's KvStorage, kv_storage.h; the pool only hands out page ids). A page is in exactly one state:
 //   free        on the free list, refcount 0, not indexed;
 //   referenced  refcount >= 1 (owned by one or more sequences' page tables), maybe indexed;
 //   cached      refcount 0 and indexed by the prefix cache, on the LRU list (evictable).
@@ -16,31 +16,16 @@
 #include <string>
 #include <vector>
 
-#include "base/huge_buffer.h"
+#include "infer/kv_storage.h"
 #include "infer/prefix_cache.h"
-#include "model/batch.h"
 
 namespace astrai::infer {
-
-struct KvLayout {
-  int32_t num_layers = 0;
-  int32_t num_kv_heads = 0;
-  int32_t k_head_dim = 0;
-  int32_t v_head_dim = 0;
-  int32_t page_size = 16;
-  DType dtype = DType::kF32;  // of the stored K/V elements: kF32 or kBF16
-  // Bytes one page takes over all layers (K and V).
-  int64_t page_bytes() const {
-    return static_cast<int64_t>(dtype_size(dtype)) * num_layers * page_size * num_kv_heads * (k_head_dim + v_head_dim);
-  }
-};
 
 class KvPool {
  public:
   // Pages = budget / page_bytes (at least min_pages). Throws astrai::Error for a bad layout.
   KvPool(const KvLayout& layout, int64_t budget_bytes, int32_t min_pages = 1);
 
-  const model::PagedKv& paged_kv() const { return kv_; }
   const KvLayout& layout() const { return layout_; }
   int32_t page_size() const { return layout_.page_size; }
   int32_t num_pages() const { return static_cast<int32_t>(refcount_.size()); }
@@ -72,9 +57,6 @@ class KvPool {
   void invalidate(uint64_t new_weights_version);
   uint64_t weights_version() const { return index_.weights_version(); }
 
-  // Copies every layer's K/V of page `src` to page `dst` (forking a partial page).
-  void copy_page(int32_t src, int32_t dst);
-
   // Checks the state invariant over all pages; returns "" or a description of the violation.
   std::string check_invariants() const;
 
@@ -83,8 +65,6 @@ class KvPool {
   void evict_one();
 
   KvLayout layout_;
-  std::vector<HugeBuffer> k_storage_, v_storage_;  // one buffer per layer, huge pages where possible
-  model::PagedKv kv_;
   std::vector<int32_t> refcount_;
   std::vector<int32_t> free_;
   std::list<int32_t> lru_;  // cached pages, least recently released first

@@ -2,7 +2,7 @@
 
 namespace astrai::infer {
 
-void Runner::run(const std::vector<StepItem>& step, const model::PagedKv& kv) {
+void Runner::run(const std::vector<StepItem>& step, const KvStorage& kv) {
   batch_.tokens.clear();
   batch_.positions.clear();
   batch_.logit_rows.clear();

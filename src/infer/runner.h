@@ -14,7 +14,7 @@ class Runner {
  public:
   explicit Runner(ForwardBackend& backend) : backend_(backend) {}
 
-  void run(const std::vector<StepItem>& step, const model::PagedKv& kv);
+  void run(const std::vector<StepItem>& step, const KvStorage& kv);
   // Logits of item i's first wanted row (its last row, or its first when all_rows); vocab floats
   // per row, consecutive for all_rows items.
   float* logits(size_t item) { return logits_.data() + size_t(first_row_[item]) * vocab(); }

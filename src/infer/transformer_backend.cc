@@ -28,8 +28,11 @@ class TransformerBackend : public ForwardBackend {
     ws_.profile.enabled = true;  // two clock reads per operation: microseconds per step
   }
   const ModelInfo& info() const override { return info_; }
-  void forward(const model::Batch& batch, const model::PagedKv& kv, float* logits) override {
-    model_->forward(batch, &kv, ws_, logits);
+  std::unique_ptr<KvStorage> make_kv_storage(const KvLayout& layout, int32_t pages) const override {
+    return make_host_kv_storage(layout, pages);
+  }
+  void forward(const model::Batch& batch, const KvStorage& kv, float* logits) override {
+    model_->forward(batch, &kv.paged_kv(), ws_, logits);
   }
   model::ForwardProfile profile() const override { return ws_.profile; }
 

@@ -77,7 +77,11 @@ class FakeModel : public ForwardBackend {
   const ModelInfo& info() const override { return info_; }
   ModelInfo& mutable_info() { return info_; }  // before an engine is built on it
 
-  void forward(const model::Batch& batch, const model::PagedKv& kv, float* logits) override {
+  std::unique_ptr<KvStorage> make_kv_storage(const KvLayout& layout, int32_t pages) const override {
+    return make_host_kv_storage(layout, pages);
+  }
+  void forward(const model::Batch& batch, const KvStorage& storage, float* logits) override {
+    const model::PagedKv& kv = storage.paged_kv();
     ++forwards;
     max_batch_tokens = std::max<int64_t>(max_batch_tokens, batch.num_tokens());
     max_batch_seqs = std::max<int64_t>(max_batch_seqs, static_cast<int64_t>(batch.seqs.size()));

@@ -42,29 +42,32 @@ TEST(KvPool, SizedFromBudgetAndRejectsBadLayouts) {
   EXPECT_THROW(KvPool(bad, 1 << 20), astrai::Error);
 }
 
-TEST(KvPool, Bf16PagesTakeHalfTheBytesAndCopyWhole) {
+TEST(KvStorage, Bf16PagesTakeHalfTheBytesAndCopyWhole) {
   KvLayout l = layout();
   l.dtype = astrai::DType::kBF16;
   EXPECT_EQ(l.page_bytes() * 2, layout().page_bytes());
   KvPool pool(l, l.page_bytes() * 3);
   EXPECT_EQ(pool.num_pages(), 3);
-  EXPECT_EQ(pool.paged_kv().dtype, astrai::DType::kBF16);
+  const auto storage = make_host_kv_storage(l, pool.num_pages());
+  const astrai::model::PagedKv& kv = storage->paged_kv();
+  EXPECT_EQ(kv.dtype, astrai::DType::kBF16);
   // Page = 4 slots x 2 dims = 8 bf16 per layer for K (and V): fill page 1, copy it to page 2.
   for (int32_t layer = 0; layer < 2; ++layer) {
-    auto* k = static_cast<uint16_t*>(pool.paged_kv().k_pages[layer]);
-    auto* v = static_cast<uint16_t*>(pool.paged_kv().v_pages[layer]);
+    auto* k = static_cast<uint16_t*>(kv.k_pages[layer]);
+    auto* v = static_cast<uint16_t*>(kv.v_pages[layer]);
     for (int i = 0; i < 8; ++i) k[8 + i] = static_cast<uint16_t>(100 * layer + i), v[8 + i] = static_cast<uint16_t>(7 + i);
   }
-  pool.copy_page(1, 2);
+  storage->copy_page(1, 2);
   for (int32_t layer = 0; layer < 2; ++layer) {
-    const auto* k = static_cast<const uint16_t*>(pool.paged_kv().k_pages[layer]);
-    const auto* v = static_cast<const uint16_t*>(pool.paged_kv().v_pages[layer]);
+    const auto* k = static_cast<const uint16_t*>(kv.k_pages[layer]);
+    const auto* v = static_cast<const uint16_t*>(kv.v_pages[layer]);
     for (int i = 0; i < 8; ++i) {
       EXPECT_EQ(k[16 + i], 100 * layer + i);
       EXPECT_EQ(v[16 + i], 7 + i);
       EXPECT_EQ(k[i], 0);  // page 0 untouched
     }
   }
+  EXPECT_THROW(make_host_kv_storage(l, 0), astrai::Error);
 }
 
 TEST(KvPool, AllocateReleaseAndStates) {
