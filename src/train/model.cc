@@ -8,6 +8,7 @@
 #include "kernels/cpu/activation.h"
 #include "kernels/cpu/attention_backward.h"
 #include "kernels/cpu/linear_backward.h"
+#include "kernels/cpu/matmul.h"
 #include "kernels/cpu/rope.h"
 #include "kernels/cpu/rmsnorm.h"
 #include "kernels/cpu/rmsnorm_backward.h"
@@ -17,7 +18,6 @@
 namespace astrai::train {
 
 using kernels::linear_backward_f32;
-using kernels::linear_f32;
 
 namespace {
 
@@ -34,6 +34,12 @@ struct Dims {
 // The forward's (model/transformer.cc) choice: HF families compute RoPE angles in f32, the
 // reference autoregressive_lm in f64.
 bool f32_rope_angles(const model::ModelConfig& c) { return c.model_type != "autoregressive_lm"; }
+
+// y[m, n] = x[m, k] · W[n, k]^T (+ bias): the inference forward's batch-invariant linear, so the
+// training forward has its bits.
+void linear_f32(const float* x, int64_t m, const float* w, int64_t n, int64_t k, const float* bias, float* y) {
+  kernels::linear(x, m, kernels::WeightView{w, DType::kF32, n, k}, bias, y);
+}
 
 kernels::AttnShape attn_shape(const Dims& d) {
   return kernels::AttnShape{d.H, d.KV, d.qkd, d.vd, static_cast<float>(1.0 / std::sqrt(static_cast<double>(d.qkd)))};
@@ -228,15 +234,13 @@ void TrainModel::layer_forward(int64_t l, const TrainBatch& batch, const LayerAc
     y = A.y;
   }
   linear_f32(y, T, P.o_proj, D, OD, P.o_bias, A.x_mid);
-#pragma omp parallel for simd schedule(static)
-  for (int64_t i = 0; i < T * D; ++i) A.x_mid[i] += A.x_in[i];
+  kernels::add_inplace(A.x_mid, A.x_in, T * D);
   kernels::rmsnorm_forward_train(A.x_mid, P.post_attention_layernorm, T, D, eps, A.xn2, A.rstd2);
   linear_f32(A.xn2, T, P.gate_proj, I, D, P.gate_proj_bias, A.a);
   linear_f32(A.xn2, T, P.up_proj, I, D, P.up_proj_bias, A.b);
   kernels::swiglu(A.a, A.b, T * I, A.h);
   linear_f32(A.h, T, P.down_proj, D, I, P.down_proj_bias, x_out);
-#pragma omp parallel for simd schedule(static)
-  for (int64_t i = 0; i < T * D; ++i) x_out[i] += A.x_mid[i];
+  kernels::add_inplace(x_out, A.x_mid, T * D);
 }
 
 float* TrainModel::forward(const TrainBatch& batch) {

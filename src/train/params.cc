@@ -17,14 +17,8 @@ ParamLayout::ParamLayout(const model::ModelConfig& c) {
     s.offset = total_;
     // Every tensor starts on a 64-byte boundary so SIMD loads of any tensor are aligned.
     total_ += (s.numel + 15) / 16 * 16;
-    index_[s.name] = specs_.size();
     specs_.push_back(std::move(s));
   }
-}
-
-const ParamSpec* ParamLayout::find(const std::string& name) const {
-  auto it = index_.find(name);
-  return it == index_.end() ? nullptr : &specs_[it->second];
 }
 
 FloatBuffer::FloatBuffer(size_t n) : size_(n) {

@@ -31,11 +31,9 @@ class ParamLayout {
   explicit ParamLayout(const model::ModelConfig& config);
   const std::vector<ParamSpec>& specs() const { return specs_; }
   size_t total() const { return total_; }
-  const ParamSpec* find(const std::string& name) const;
 
  private:
   std::vector<ParamSpec> specs_;
-  std::map<std::string, size_t> index_;
   size_t total_ = 0;
   friend struct ParamOffsets;
 };

@@ -137,14 +137,14 @@ TEST_P(IsaIdentity, LinearNonInvariantModeAndTrainingGemms) {
   expect_same(
       [&](const KernelTable& t) {
         std::vector<float> y(m * n), dx(m * k, 1.0f), dw(n * k, 0.5f), db(n, 0.25f);
-        t.linear_f32(x.data(), m, w.data(), n, k, b.data(), y.data());
+        t.linear(x.data(), m, WeightView{w.data(), DType::kF32, n, k}, b.data(), y.data());
         t.linear_backward_f32(dy.data(), x.data(), m, w.data(), n, k, dx.data(), true, dw.data(), db.data());
         y.insert(y.end(), dx.begin(), dx.end());
         y.insert(y.end(), dw.begin(), dw.end());
         y.insert(y.end(), db.begin(), db.end());
         return y;
       },
-      "linear_f32 and its backward");
+      "linear (f32) and its backward");
 }
 
 // ---- attention: prefill over the batch's own rows, paged decode and chunked prefill ----

@@ -15,6 +15,7 @@
 #include "kernels/cpu/attention_backward.h"
 #include "kernels/cpu/cross_entropy_backward.h"
 #include "kernels/cpu/linear_backward.h"
+#include "kernels/cpu/matmul.h"
 #include "kernels/cpu/rmsnorm_backward.h"
 #include "kernels/cpu/rmsnorm.h"
 #include "kernels/cpu/rope.h"
@@ -81,7 +82,7 @@ TEST(TrainKernels, LinearBackward) {
   auto x = randn(m * k, 4), w = randn(n * k, 5), b = randn(n, 6), dy = randn(m * n, 7);
   std::vector<float> y(m * n), dx(m * k), dw(n * k, 0.0f), db(n, 0.0f);
   auto loss = [&] {
-    kernels::linear_f32(x.data(), m, w.data(), n, k, b.data(), y.data());
+    kernels::linear(x.data(), m, kernels::WeightView{w.data(), DType::kF32, n, k}, b.data(), y.data());
     return weighted_sum(y, dy);
   };
   kernels::linear_backward_f32(dy.data(), x.data(), m, w.data(), n, k, dx.data(), false, dw.data(), db.data());

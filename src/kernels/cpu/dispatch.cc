@@ -180,9 +180,6 @@ void attention_backward(const float* dout, const float* q, const float* k, const
                         float* dv) {
   active().attention_backward(dout, q, k, v, out, lse, spans, s, dq, dk, dv);
 }
-void linear_f32(const float* x, int64_t m, const float* w, int64_t n, int64_t k, const float* bias, float* y) {
-  active().linear_f32(x, m, w, n, k, bias, y);
-}
 void linear_backward_f32(const float* dy, const float* x, int64_t m, const float* w, int64_t n, int64_t k, float* dx,
                          bool accumulate_dx, float* dw, float* db) {
   active().linear_backward_f32(dy, x, m, w, n, k, dx, accumulate_dx, dw, db);

@@ -51,7 +51,6 @@ struct KernelTable {
   decltype(&kernels::rmsnorm_backward) rmsnorm_backward;
   decltype(&kernels::attention_forward_train) attention_forward_train;
   decltype(&kernels::attention_backward) attention_backward;
-  decltype(&kernels::linear_f32) linear_f32;
   decltype(&kernels::linear_backward_f32) linear_backward_f32;
 };
 

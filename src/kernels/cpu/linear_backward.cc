@@ -3,18 +3,8 @@
 #include <cblas.h>
 
 #include "kernels/cpu/level_table.h"
-#include "kernels/cpu/matmul.h"
 
 ASTRAI_KERNELS_BEGIN
-
-// The level's batch-invariant linear (matmul.cc): the training forward gives the bits of the
-// inference forward.
-void linear(const float* x, int64_t m, const WeightView& w, const float* bias, float* y);
-
-void linear_f32(const float* x, int64_t m, const float* w, int64_t n, int64_t k, const float* bias,
-                float* y) {
-  ASTRAI_ISA::linear(x, m, WeightView{w, DType::kF32, n, k}, bias, y);
-}
 
 void linear_backward_f32(const float* dy, const float* x, int64_t m, const float* w, int64_t n,
                          int64_t k, float* dx, bool accumulate_dx, float* dw, float* db) {
@@ -41,7 +31,6 @@ void linear_backward_f32(const float* dy, const float* x, int64_t m, const float
 }
 
 void fill_linear_backward(KernelTable& t) {
-  t.linear_f32 = &linear_f32;
   t.linear_backward_f32 = &linear_backward_f32;
 }
 

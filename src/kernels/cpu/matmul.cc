@@ -80,23 +80,24 @@ constexpr int64_t kPackRows = 16 * kGroup;  // W rows per packed block (v4: 128 
 constexpr int64_t kRowBlock = 192;   // x rows per pass over a packed block (a multiple of 2 and 3)
 constexpr int64_t kL1PackM = 64;     // up to this many rows: f32 W in place, bf16/f16 packed one group x kKb (L1)
 #if defined(ASTRAI_ISA_V4)
-// Many rows: W packed per 128-row block in L2 and passed by 3-row tiles of x (each W load
-// feeds 3 rows x 8 W rows of FMAs), as on AMD Zen 4/5 (one 512-bit FMA per cycle, or two
-// half-width ones): 93-96% of OpenBLAS on Zen 4.
-constexpr bool kWInL1 = false;
-// Intel cores with two 512-bit FMA ports finish a 3 x 8 tile's FMAs faster than L2 streams its
-// W block (1.5 flop per byte of W), so there each group of W rows stays in L1 and blocks of x
-// rows pass over it, as on v3 (Xeon 5th gen, 512 rows, one thread: 80-89 -> 91-114 GFLOP/s).
-// Only the loop order changes, so the bits do not.
+// f32 decode batches (up to kL1PackM rows) read W in place: packing it only copies (120 -> 150
+// GFLOP/s at M = 32 on two cores, cold weights). Other levels widen a group into L1 first (v3,
+// M = 32: +8% over in place).
+constexpr bool kF32BatchesInPlace = true;
+// Many rows, the order of the work over a packed W block (only the order: the bits are the same):
+//   false: each 3-row tile of x over the whole block, re-reading W from L2 (1.5 flop per byte of
+//          W); best on AMD Zen 4/5 (93-96% of OpenBLAS on Zen 4);
+//   true:  each group of W rows in turn, hot in L1, under blocks of kL1RowBlock rows of x. Chosen
+//          on Intel, measured on a 5th-gen Xeon, whose two 512-bit FMA ports outrun L2 (512 rows,
+//          one thread: 80-89 -> 91-114 GFLOP/s).
 bool group_in_l1() {
   static const bool intel = cpu_info().vendor == "GenuineIntel";
   return intel;
 }
 #else
+constexpr bool kF32BatchesInPlace = false;
 // Tiles of at most 3 x 4 (16 ymm / 32 q registers) would re-read a packed L2 block too often
-// (2/3 of a byte of W per flop); instead each group of W rows stays in L1 while blocks of
-// kL1RowBlock rows of x pass over it.
-constexpr bool kWInL1 = true;
+// (2/3 of a byte of W per flop): always the L1 order.
 bool group_in_l1() { return true; }
 #endif
 constexpr int64_t kL1RowBlock = 64;  // rows of x per pass over a group in L1 (v3, 512 x 768 x 768: 48-64 best)
@@ -158,10 +159,7 @@ void linear_invariant(const float* x, int64_t m, const WeightView& w, const floa
   const int64_t n = w.rows, kk = w.cols;
   constexpr int64_t esz = kElemBytes<T>;
   const uint8_t* wb = static_cast<const uint8_t*>(w.data);
-  // v4 reads f32 weights in place up to 64 rows (packing them only copies: 120 -> 150
-  // GFLOP/s at M = 32 on two cores, cold weights); bf16/f16, and f32 on the other levels, are
-  // copied into L1 once per group above 8 rows (v3, M = 32, f32: +8% over in place).
-  const bool pack = m > (T == DType::kF32 && !kWInL1 ? kL1PackM : kSmallM);
+  const bool pack = m > (T == DType::kF32 && kF32BatchesInPlace ? kL1PackM : kSmallM);
   const int64_t groups = (n + kGroup - 1) / kGroup;
 #pragma omp parallel
   {
