@@ -13,7 +13,7 @@ namespace astrai::model {
 
 enum class ForwardOp : int {
   kEmbed,      // token embedding lookup, RoPE tables
-  kNorm,       // RMSNorms (layer inputs, qk-norm, MLA latent, final), with the residual adds fused into them
+  kNorm,       // RMSNorms (layer inputs, qk-norm, MLA latent, final), with the attention residual add fused in
   kQkvProj,    // q/k/v (or MLA) projections
   kRope,       // rotary embedding of q and k
   kKvWrite,    // copying new K/V rows into their cache pages
@@ -22,7 +22,7 @@ enum class ForwardOp : int {
   kMlpIn,      // gate_proj + up_proj
   kSwiglu,     // silu(gate) * up
   kMlpDown,    // down_proj
-  kResidual,   // the residual add not followed by a layer's norm (the last layer's)
+  kResidual,   // the residual add after each MLP
   kLmHead,     // gathering logit rows + LM head
   kCount
 };

@@ -6,11 +6,7 @@
 #include <numbers>
 
 #include "base/error.h"
-#include "kernels/cpu/activation.h"
-#include "kernels/cpu/embedding.h"
-#include "kernels/cpu/matmul.h"
-#include "kernels/cpu/rmsnorm.h"
-#include "kernels/cpu/rope.h"
+#include "model/layer.h"
 
 namespace astrai::model {
 
@@ -25,16 +21,10 @@ Tensor f32_vector(const Tensor& t) {
   return t.to(DType::kF32);
 }
 
-const float* ptr(const Tensor& t) { return t.defined() ? t.data<float>() : nullptr; }
-
 template <typename T>
 T* grow(std::vector<T>& v, int64_t n) {
   if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
   return v.data();
-}
-
-void linear(const float* x, int64_t m, const Tensor& w, const Tensor& bias, float* y) {
-  kernels::linear(x, m, kernels::weight_view(w), ptr(bias), y);
 }
 
 }  // namespace
@@ -99,23 +89,20 @@ Transformer::Transformer(ModelConfig config, ModelWeights weights)
     named.emplace(p.name, *p.tensor);
   }
   weights_ = ModelWeights::from_tensors(config_, named, "model weights");
-  for (const auto& l : weights_.layers) {
-    LayerVectors v;
-    v.input_norm = f32_vector(l.input_layernorm);
-    v.post_norm = f32_vector(l.post_attention_layernorm);
-    v.q_bias = f32_vector(l.q_bias);
-    v.k_bias = f32_vector(l.k_bias);
-    v.v_bias = f32_vector(l.v_bias);
-    v.o_bias = f32_vector(l.o_bias);
-    v.q_norm = f32_vector(l.q_norm);
-    v.k_norm = f32_vector(l.k_norm);
-    v.kv_norm = f32_vector(l.kv_norm);
-    v.gate_bias = f32_vector(l.gate_proj_bias);
-    v.up_bias = f32_vector(l.up_proj_bias);
-    v.down_bias = f32_vector(l.down_proj_bias);
-    vectors_.push_back(std::move(v));
-  }
-  final_norm_ = f32_vector(weights_.norm);
+  // The backend's view: matrices as stored, vectors (norms, biases) converted to f32 once.
+  std::vector<backend::Weight> slots;
+  for_each_param(config_, weights_, [&](const ParamInfo& info, Tensor& t) {
+    const bool vector = info.kind == ParamKind::kNorm || info.kind == ParamKind::kBias;
+    if (vector && t.dtype() != DType::kF32) {
+      f32_vectors_.push_back(f32_vector(t));
+      slots.push_back(backend::weight_of(f32_vectors_.back()));
+    } else {
+      slots.push_back(backend::weight_of(t));
+    }
+  });
+  size_t next = 0;
+  for_each_param(config_, view_, [&](const ParamInfo&, backend::Weight& w) { w = slots[next++]; });
+  if (config_.tie_word_embeddings) view_.lm_head = view_.embed_tokens;
   for (const auto& p : weights_.params(config_))
     if (p.tensor->is_mapped()) mapped_bytes_ += p.tensor->nbytes();
 }
@@ -208,159 +195,68 @@ void Transformer::rope_tables(const Batch& b, ForwardWorkspace& ws) const {
       const int32_t max_pos = *std::max_element(pos, pos + sp.num_tokens);
       rope_inv_freq_into(config_, static_cast<int64_t>(max_pos) + 1, ws.inv_freq_);
     }
-    kernels::rope_sincos(ws.inv_freq_.data(), half, pos, sp.num_tokens, f32, cos + sp.token_begin * half,
-                         sin + sp.token_begin * half);
+    ops_->rope_tables(ws.inv_freq_.data(), half, pos, sp.num_tokens, f32, cos + sp.token_begin * half,
+                      sin + sp.token_begin * half);
   }
-}
-
-const float* Transformer::attention_block(int64_t layer, const Batch& b, const PagedKv* kv, ForwardWorkspace& ws,
-                                         ForwardClock& clock) const {
-  const ModelConfig& c = config_;
-  const LayerWeights& w = weights_.layers[static_cast<size_t>(layer)];
-  const LayerVectors& vec = vectors_[static_cast<size_t>(layer)];
-  const int64_t t = b.num_tokens();
-  const int64_t nh = c.num_attention_heads, nkv = c.num_key_value_heads;
-  const int64_t qkd = c.qk_head_dim(), vd = c.v_dim();
-  const int64_t half = c.rope_dim() / 2;
-  const int64_t rot_offset = qkd - c.rope_dim();
-  const float eps = static_cast<float>(c.rms_norm_eps);
-  float* q = grow(ws.q_, t * nh * qkd);
-  float* k = grow(ws.k_, t * nkv * qkd);
-  float* v = grow(ws.v_, t * nkv * vd);
-  const float* xn = ws.xn_.data();
-
-  linear(xn, t, w.q_proj, vec.q_bias, q);
-  if (c.is_mla()) {
-    const int64_t rank = c.kv_lora_rank;
-    const int64_t row = c.qk_nope_head_dim + c.qk_rope_head_dim + vd;
-    float* latent = grow(ws.latent_, t * rank);
-    float* kvb = grow(ws.kvb_, t * nkv * row);
-    linear(xn, t, w.kv_a_proj, Tensor(), latent);
-    kernels::rmsnorm(latent, t, rank, vec.kv_norm.data<float>(), eps, latent);
-    linear(latent, t, w.kv_b_proj, Tensor(), kvb);
-    for (int64_t i = 0; i < t * nkv; ++i) {
-      std::memcpy(k + i * qkd, kvb + i * row, static_cast<size_t>(qkd) * sizeof(float));
-      std::memcpy(v + i * vd, kvb + i * row + qkd, static_cast<size_t>(vd) * sizeof(float));
-    }
-  } else {
-    linear(xn, t, w.k_proj, vec.k_bias, k);
-    linear(xn, t, w.v_proj, vec.v_bias, v);
-  }
-  clock.mark(ForwardOp::kQkvProj);
-  auto qk_norm = [&] {
-    kernels::rmsnorm(q, t * nh, qkd, vec.q_norm.data<float>(), eps, q);
-    kernels::rmsnorm(k, t * nkv, qkd, vec.k_norm.data<float>(), eps, k);
-    clock.mark(ForwardOp::kNorm);
-  };
-  if (c.qk_norm && !c.qk_norm_after_rope) qk_norm();
-  kernels::rope_rotate(q, t, nh, qkd, rot_offset, half, ws.cos_.data(), ws.sin_.data(), c.rope_pairing);
-  kernels::rope_rotate(k, t, nkv, qkd, rot_offset, half, ws.cos_.data(), ws.sin_.data(), c.rope_pairing);
-  clock.mark(ForwardOp::kRope);
-  if (c.qk_norm && c.qk_norm_after_rope) qk_norm();
-
-  kernels::KvSource src;
-  if (kv != nullptr) {
-    void* kp = kv->k_pages[static_cast<size_t>(layer)];
-    void* vp = kv->v_pages[static_cast<size_t>(layer)];
-    const int64_t ps = kv->page_size;
-    const size_t esz = dtype_size(kv->dtype);
-    // One row of `n` floats into element `at` of a page array, converted to the cache's dtype.
-    auto store = [&](const float* row, void* base, int64_t at, int64_t n) {
-      convert_from_f32(row, kv->dtype, static_cast<char*>(base) + static_cast<size_t>(at) * esz, static_cast<size_t>(n));
-    };
-    for (const SeqSpan& sp : b.seqs) {
-      for (int64_t j = 0; j < sp.num_tokens; ++j) {
-        const int64_t idx = sp.context_len + j;
-        const int64_t page = sp.page_table[static_cast<size_t>(idx / ps)], slot = idx % ps;
-        const int64_t row = sp.token_begin + j;
-        for (int64_t hh = 0; hh < nkv; ++hh) {  // head-major pages (model/batch.h)
-          store(k + (row * nkv + hh) * qkd, kp, ((page * nkv + hh) * ps + slot) * qkd, qkd);
-          store(v + (row * nkv + hh) * vd, vp, ((page * nkv + hh) * ps + slot) * vd, vd);
-        }
-      }
-    }
-    src = kernels::KvSource{kp, vp, kv->page_size, kv->dtype == DType::kBF16};
-    clock.mark(ForwardOp::kKvWrite);
-  } else {
-    src = kernels::KvSource{k, v, 0};
-  }
-  const kernels::AttentionDims dims{nh, nkv, qkd, vd, static_cast<float>(1.0 / std::sqrt(static_cast<double>(qkd)))};
-  float* attn = grow(ws.attn_, t * nh * vd);
-  kernels::attention(q, src, ws.seqs_.data(), static_cast<int64_t>(ws.seqs_.size()), dims, attn, ws.attn_scratch_);
-  clock.mark(ForwardOp::kAttention);
-  if (c.gated_attention) {
-    float* g = grow(ws.gate_, t * nh * vd);
-    linear(xn, t, w.gate, Tensor(), g);
-    kernels::mul_sigmoid(attn, g, t * nh * vd);
-  }
-  float* proj = grow(ws.out_rows_, t * c.hidden_size);
-  linear(attn, t, w.o_proj, vec.o_bias, proj);
-  clock.mark(ForwardOp::kOutProj);
-  return proj;
 }
 
 void Transformer::forward(const Batch& b, const PagedKv* kv, ForwardWorkspace& ws, float* logits) const {
   ForwardClock clock(ws.profile);
   validate_batch(b, kv);
   const ModelConfig& c = config_;
+  const backend::Ops& ops = *ops_;
   const int64_t t = b.num_tokens();
   if (t == 0) return;
   const int64_t h = c.hidden_size, f = c.intermediate_size;
+  const int64_t nh = c.num_attention_heads, nkv = c.num_key_value_heads, qkd = c.qk_head_dim(), vd = c.v_dim();
   const float eps = static_cast<float>(c.rms_norm_eps);
   const int64_t rows = b.logit_rows.empty() ? t : static_cast<int64_t>(b.logit_rows.size());
-  float* x = grow(ws.x_, t * h);
-  float* xn = grow(ws.xn_, std::max(t, rows) * h);
 
   ws.seqs_.clear();
-  for (size_t s = 0; s < b.seqs.size(); ++s) {
-    const SeqSpan& sp = b.seqs[s];
-    ws.seqs_.push_back(kernels::AttentionSeq{sp.token_begin, sp.num_tokens, kv ? sp.context_len : 0,
-                                             kv ? sp.page_table.data() : nullptr});
-  }
+  for (const SeqSpan& sp : b.seqs)
+    ws.seqs_.push_back(backend::SeqRange{sp.token_begin, sp.num_tokens, kv ? sp.context_len : 0,
+                                         kv ? sp.page_table.data() : nullptr});
   rope_tables(b, ws);
-  kernels::embedding(weights_.embed_tokens.raw(), weights_.embed_tokens.dtype(), h, b.tokens.data(), t, x);
-  clock.mark(ForwardOp::kEmbed);
 
-  // Each residual add is fused with the norm that follows it (kernels::add_rmsnorm); the
-  // first layer's input norm and the last layer's add stand alone.
-  kernels::rmsnorm(x, t, h, vectors_.front().input_norm.data<float>(), eps, xn);
-  clock.mark(ForwardOp::kNorm);
+  // Shared scratch for every layer; the residual stream x is updated in place (layer.h's aliases).
+  LayerActs A;
+  A.x_in = A.x_mid = A.x_out = grow(ws.x_, t * h);
+  A.xn1 = A.xn2 = grow(ws.xn_, std::max(t, rows) * h);
+  A.q = A.q_raw = grow(ws.q_, t * nh * qkd);
+  A.k = A.k_raw = grow(ws.k_, t * nkv * qkd);
+  A.v = grow(ws.v_, t * nkv * vd);
+  if (c.is_mla()) {
+    A.lat = A.lat_raw = grow(ws.latent_, t * c.kv_lora_rank);
+    A.kvb = grow(ws.kvb_, t * nkv * (qkd + vd));
+  }
+  A.att = A.y = grow(ws.attn_, t * nh * vd);
+  if (c.gated_attention) A.gs = grow(ws.gate_, t * nh * vd);
+  A.o_out = A.down_out = grow(ws.out_rows_, t * h);
+  A.a = A.h = grow(ws.mlp_gate_, t * f);
+  A.b = grow(ws.mlp_up_, t * f);
+
+  ops.embedding(view_.embed_tokens, b.tokens.data(), t, A.x_in);
+  clock.mark(ForwardOp::kEmbed);
+  LayerInput in{t, ws.seqs_.data(), static_cast<int64_t>(ws.seqs_.size()), ws.cos_.data(), ws.sin_.data(), nullptr};
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    const LayerWeights& w = weights_.layers[static_cast<size_t>(l)];
-    const LayerVectors& vec = vectors_[static_cast<size_t>(l)];
-    const float* proj = attention_block(l, b, kv, ws, clock);
-    kernels::add_rmsnorm(x, proj, t, h, vec.post_norm.data<float>(), eps, xn);
-    clock.mark(ForwardOp::kNorm);
-    float* gate = grow(ws.mlp_gate_, t * f);
-    float* up = grow(ws.mlp_up_, t * f);
-    linear(xn, t, w.gate_proj, vec.gate_bias, gate);
-    linear(xn, t, w.up_proj, vec.up_bias, up);
-    clock.mark(ForwardOp::kMlpIn);
-    kernels::swiglu(gate, up, t * f, gate);
-    clock.mark(ForwardOp::kSwiglu);
-    float* down = grow(ws.out_rows_, t * h);
-    linear(gate, t, w.down_proj, vec.down_bias, down);
-    clock.mark(ForwardOp::kMlpDown);
-    if (l + 1 < c.num_hidden_layers) {
-      kernels::add_rmsnorm(x, down, t, h, vectors_[static_cast<size_t>(l + 1)].input_norm.data<float>(), eps, xn);
-      clock.mark(ForwardOp::kNorm);
-    } else {
-      kernels::add_inplace(x, down, t * h);
-      clock.mark(ForwardOp::kResidual);
+    backend::KvPages pages;
+    if (kv != nullptr) {
+      pages = backend::KvPages{kv->k_pages[static_cast<size_t>(l)], kv->v_pages[static_cast<size_t>(l)], kv->page_size,
+                               kv->dtype};
+      in.kv = &pages;
     }
+    layer_forward(ops, c, view_.layers[static_cast<size_t>(l)], in, A, clock);
   }
 
   // Only the rows whose logits are wanted go through the final norm and the LM head.
-  float* sel = xn;
+  float* sel = A.xn1;
   if (!b.logit_rows.empty()) {
-    for (int64_t r = 0; r < rows; ++r)
-      std::memcpy(xn + r * h, x + static_cast<int64_t>(b.logit_rows[static_cast<size_t>(r)]) * h,
-                  static_cast<size_t>(h) * sizeof(float));
-    kernels::rmsnorm(xn, rows, h, final_norm_.data<float>(), eps, xn);
+    ops.gather_rows(A.x_out, h, b.logit_rows.data(), rows, sel);
+    ops.rmsnorm(sel, rows, h, view_.norm.f32(), eps, sel, nullptr);
   } else {
-    kernels::rmsnorm(x, t, h, final_norm_.data<float>(), eps, sel);
+    ops.rmsnorm(A.x_out, t, h, view_.norm.f32(), eps, sel, nullptr);
   }
-  kernels::linear(sel, rows, kernels::weight_view(weights_.lm_head), nullptr, logits);
+  ops.linear(sel, rows, view_.lm_head, nullptr, logits);
   clock.mark(ForwardOp::kLmHead);
 }
 

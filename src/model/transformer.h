@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cpu/attention.h"
+#include "backend/ops.h"
 #include "model/batch.h"
 #include "model/config.h"
 #include "model/forward_profile.h"
@@ -36,8 +36,7 @@ class ForwardWorkspace {
   std::vector<float> x_, xn_, q_, k_, v_, attn_, gate_, mlp_gate_, mlp_up_, latent_, kvb_, out_rows_;
   std::vector<float> cos_, sin_;
   std::vector<double> inv_freq_;
-  std::vector<kernels::AttentionSeq> seqs_;
-  kernels::AttentionScratch attn_scratch_;
+  std::vector<backend::SeqRange> seqs_;
 };
 
 class Transformer {
@@ -75,20 +74,13 @@ class Transformer {
   void validate_batch(const Batch& batch, const PagedKv* kv) const;
 
  private:
-  struct LayerVectors {  // f32 views of the per-layer vectors (norms, biases)
-    Tensor input_norm, post_norm, q_bias, k_bias, v_bias, o_bias, q_norm, k_norm, kv_norm;
-    Tensor gate_bias, up_bias, down_bias;
-  };
-  // The attention half of a layer, from the normed input in ws.xn_ to the output projection;
-  // returns it (t x hidden, for the caller's residual add).
-  const float* attention_block(int64_t layer, const Batch& batch, const PagedKv* kv, ForwardWorkspace& ws,
-                               ForwardClock& clock) const;
   void rope_tables(const Batch& batch, ForwardWorkspace& ws) const;
 
   ModelConfig config_;
   ModelWeights weights_;
-  std::vector<LayerVectors> vectors_;
-  Tensor final_norm_;
+  const backend::Ops* ops_ = &backend::cpu_ops();
+  ModelParams<backend::Weight> view_;  // what the backend reads: weights_ with vectors in f32
+  std::vector<Tensor> f32_vectors_;    // owns the f32 copies of non-f32 vectors
   size_t mapped_bytes_ = 0;
 };
 

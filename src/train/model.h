@@ -1,16 +1,9 @@
 // The training model: owned f32 master parameters and gradients (one allocation each, see
-// params.h), a forward that saves the activations the backward needs, and the backward of
-// every layer. Layers (pre-norm decoder, HF Llama/Qwen semantics):
-//   x = embed[tokens]
-//   per layer: h = rmsnorm(x); q,k,v = h·W^T (+b); [qk-norm]; rope(q,k); a = attn(q,k,v)
-//              (MLA: q = h·Wq^T; [k_nope|k_rope|v] per kv head = rmsnorm(h·Wkv_a^T)·Wkv_b^T;
-//              RoPE on the trailing qk_rope_head_dim of q and k)
-//              [a ∘= sigmoid(h·Wg^T)]; x += a·Wo^T (+bo)
-//              h = rmsnorm(x); x += (silu(h·Wgate^T (+b)) ∘ (h·Wup^T (+b)))·Wdown^T (+b)
-//   logits = rmsnorm(x)·Wlm^T (Wlm = embed when tied)
-// The configuration is model::ModelConfig itself (the forward's), and RoPE tables come from
-// model::rope_inv_freq_into per packed document (dynamic NTK scaling rescales per document,
-// as the inference forward does per sequence).
+// params.h), a forward that saves the activations the backward needs, and the backward. The
+// layers are model/layer.h's, the same code the inference forward runs (so the training
+// forward has its bits), over the backend's operations; this class owns the buffers, the
+// embedding, the final norm and the LM head, and RoPE tables per packed document (dynamic NTK
+// scaling rescales per document, as the inference forward does per sequence).
 // With `recompute`, only each layer's input is kept and the rest is recomputed in the
 // backward (one layer's activations live at a time).
 #pragma once
@@ -20,7 +13,9 @@
 #include <string>
 #include <vector>
 
+#include "backend/ops.h"
 #include "model/config.h"
+#include "model/layer.h"
 #include "train/params.h"
 #include "train/train_batch.h"
 
@@ -55,33 +50,32 @@ class TrainModel {
   void zero_grads();
 
  private:
-  struct LayerActs {
-    float *x_in, *xn1, *rstd1, *q_raw, *k_raw, *rstd_q, *rstd_k, *q, *k, *v, *att, *lse, *gs, *y,
-        *x_mid, *xn2, *rstd2, *a, *b, *h,
-        *lat_raw, *rstd_kv, *lat;  // MLA: kv_a_proj output, its rstd, after kv_norm
-  };
   void ensure_buffers(int64_t tokens);
-  void layer_forward(int64_t l, const TrainBatch& batch, const LayerActs& A, float* x_out);
-  void layer_backward(int64_t l, const TrainBatch& batch, const LayerActs& A, float* dres);
-  void rope_tables(const TrainBatch& batch);
-  void rope(float* x, int64_t tokens, int64_t heads, bool inverse) const;
+  // RoPE tables and attention sequences of a batch.
+  void prepare(const TrainBatch& batch);
+  model::LayerInput layer_input(const TrainBatch& batch) const;
+  // Points layer l's output at the next layer's input (or x_final_).
+  model::LayerActs& acts_of(int64_t l);
 
+  const backend::Ops& ops_ = backend::cpu_ops();
   model::ModelConfig cfg_;
   bool recompute_;
   ParamLayout layout_;
   FloatBuffer params_, grads_;
   ModelTensors p_, g_;
+  model::ModelParams<backend::Weight> view_;  // p_ as the backend reads it
   std::vector<double> inv_freq_;  // static scaling: computed once; dynamic: per document
   std::vector<float> rope_cos_, rope_sin_;  // per token [tokens, rope_dim / 2]
+  std::vector<backend::SeqRange> seqs_;     // the batch's documents
+  model::ForwardProfile profile_;           // off: the layers' clock marks cost nothing
 
   int64_t capacity_ = 0;  // tokens the activation buffers hold
   FloatBuffer acts_, scratch_;
-  std::vector<LayerActs> layer_acts_;
+  std::vector<model::LayerActs> layer_acts_;
   float *x_final_ = nullptr, *xf_ = nullptr, *rstd_f_ = nullptr, *logits_ = nullptr;
-  // Backward scratch.
-  float *d_res_ = nullptr, *d_xn_ = nullptr, *d_q_ = nullptr, *d_k_ = nullptr, *d_v_ = nullptr,
-        *d_att_ = nullptr, *d_y_ = nullptr, *d_a_ = nullptr, *d_b_ = nullptr, *d_h_ = nullptr,
-        *kvb_ = nullptr, *d_lat_ = nullptr;
+  float *kvb_ = nullptr;  // MLA: kv_b_proj output in the forward, its gradient in the backward
+  float* d_res_ = nullptr;
+  model::LayerGradScratch grad_scratch_;
 };
 
 }  // namespace astrai::train

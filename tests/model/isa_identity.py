@@ -9,7 +9,10 @@ With ASTRAI_EMULATE_CPU=Haswell (or another qemu CPU model) every command runs u
 `qemu-x86_64 -cpu MODEL`: the same binary on a CPU without AVX-512 (or without AVX2), whatever
 the machine running the test has.
 
-Usage: isa_identity.py   (ASTRAI_BIN names the binary)
+With --before BIN, compares instead the outputs of BIN (a build from before a change) with
+those of ASTRAI_BIN at the auto level, on every model: "generation bit-identical to before".
+
+Usage: isa_identity.py [--before BIN]   (ASTRAI_BIN names the binary)
 """
 import json
 import os
@@ -39,9 +42,9 @@ def check(cond, msg):
         FAILURES.append(msg)
 
 
-def run(level, args):
+def run(level, args, binary=None):
     env = dict(os.environ, ASTRAI_CPU_ISA=level, OMP_NUM_THREADS="2")
-    r = subprocess.run(PREFIX + [ASTRAI] + args, capture_output=True, text=True, env=env, timeout=600)
+    r = subprocess.run(PREFIX + [binary or ASTRAI] + args, capture_output=True, text=True, env=env, timeout=600)
     if r.returncode != 0:
         raise RuntimeError("astrai %s (%s) failed: %s" % (" ".join(args), level, r.stderr))
     return r
@@ -68,7 +71,7 @@ def build(name, tmp):
     return c, d
 
 
-def outputs(level, c, d, tmp):
+def outputs(level, c, d, tmp, binary=None):
     """Everything a level produces for model d, as bytes, keyed by what it is."""
     out = {}
     seqs = [[(7 * i + 3) % c.vocab for i in range(1, 30)], [(11 * i + 5) % c.vocab for i in range(1, 9)]]
@@ -77,7 +80,7 @@ def outputs(level, c, d, tmp):
         args = ["score", "--model", d, "--dump-logits", npy, "--json"] + extra
         for s in seqs:
             args += ["--ids", ",".join(map(str, s))]
-        stdout = run(level, args).stdout
+        stdout = run(level, args, binary).stdout
         with open(npy, "rb") as f:
             out["score logits %s" % " ".join(extra)] = f.read()
         out["score logprobs %s" % " ".join(extra)] = stdout
@@ -93,15 +96,27 @@ def outputs(level, c, d, tmp):
     for kv in ("f32", "bf16"):
         outp = os.path.join(tmp, "out_%s.jsonl" % level)
         run(level, ["generate", "--model", d, "--input-file", inp, "--output-file", outp, "--temperature", "0",
-                    "--include-ids", "--kv-dtype", kv])
+                    "--include-ids", "--kv-dtype", kv], binary)
         with open(outp) as f:
             out["generate, %s K/V" % kv] = f.read()
     return out
 
 
+def compare_builds(before, tmp):
+    for name in MODELS:
+        c, d = build(name, tmp)
+        ref = outputs("auto", c, d, tmp, before)
+        got = outputs("auto", c, d, tmp)
+        for what, want in ref.items():
+            check(got[what] == want, "%s: %s identical to the build before" % (name, what))
+
+
 def main():
     tmp = tempfile.mkdtemp(prefix="astrai_isa_")
     try:
+        if len(sys.argv) == 3 and sys.argv[1] == "--before":
+            compare_builds(sys.argv[2], tmp)
+            return finish()
         lv = levels()
         check(lv[0] == "generic" and len(lv) >= 1, "the generic level is always available")
         if EMULATE == "Haswell":
@@ -120,6 +135,10 @@ def main():
                     check(got[what] == want, "%s: %s identical on %s and generic" % (name, what, level))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    return finish()
+
+
+def finish():
     if FAILURES:
         print("%d failures" % len(FAILURES))
         return 1

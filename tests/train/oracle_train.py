@@ -7,7 +7,7 @@ written here with plain torch ops (attention as matmul + softmax, per document) 
 Checks: the loss, EVERY parameter gradient (max abs error <= 1e-4 x the tensor's max abs
 gradient), and the loss after each of ten optimizer steps (relative 1e-4).
 
-usage: oracle_train.py TOOL CONFIG_NAME
+usage: oracle_train.py TOOL CONFIG_NAME [--before TOOL_OF_AN_EARLIER_BUILD]
 """
 import json
 import math
@@ -291,6 +291,17 @@ def micro_loss(c, P, mb, ls):
     return F.cross_entropy(torch.cat(logits), torch.tensor(targets), ignore_index=-100, label_smoothing=ls)
 
 
+def same_as_before(before_tool, d):
+    """Runs a build from before a change on the same case: gradients, losses and updated
+    weights must be the same bytes ("training bit-identical to before")."""
+    outs = ["grads.safetensors", "result.json"]
+    ours = {f: open(os.path.join(d, f), "rb").read() for f in outs}
+    subprocess.run([before_tool, d], check=True)
+    same = all(open(os.path.join(d, f), "rb").read() == ours[f] for f in outs)
+    print(("ok   " if same else "FAIL ") + "gradients and losses identical to the build before")
+    return 0 if same else 1
+
+
 def main():
     tool, name = sys.argv[1], sys.argv[2]
     case = CONFIGS[name]
@@ -326,6 +337,8 @@ def main():
         json.dump(cfg, open(os.path.join(d, "case.json"), "w"))
         write_safetensors(os.path.join(d, "params.safetensors"), P32)
         subprocess.run([tool, d], check=True)
+        if len(sys.argv) == 5 and sys.argv[3] == "--before":
+            return same_as_before(sys.argv[4], d)
         ours_grads = read_safetensors(os.path.join(d, "grads.safetensors"))
         ours = json.load(open(os.path.join(d, "result.json")))
 
@@ -370,4 +383,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

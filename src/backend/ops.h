@@ -1,0 +1,138 @@
+// The operations a model runs, as one interface per device (the seam below the model): the
+// layer sequence (model/layer.h) and the forward/backward drivers call only these, so a new
+// device is a new Ops, not a new copy of the model.
+//
+// Memory: every `float*` is an activation or gradient buffer in the backend's device memory;
+// Weight::data is a parameter in that memory too. Index arrays (token ids, row lists, sequence
+// ranges and their page tables) are host memory: a device backend copies them as it needs.
+// Every operation is deterministic and batch invariant: a row's result depends on that row's
+// own inputs only, so training's forward and inference's forward get the same bits.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/rope_pairing.h"
+#include "tensor/dtype.h"
+#include "tensor/tensor.h"
+
+namespace astrai::backend {
+
+// A parameter as stored: a matrix [rows (out), cols (in)] in f32/bf16/f16, or a vector
+// (cols == 1). Vectors (norms, biases) are always f32.
+struct Weight {
+  const void* data = nullptr;
+  DType dtype = DType::kF32;
+  int64_t rows = 0;
+  int64_t cols = 0;
+
+  bool defined() const { return data != nullptr; }
+  // The f32 values of a vector, or null when the parameter is absent.
+  const float* f32() const { return static_cast<const float*>(data); }
+};
+
+// A view of a tensor (matrix or vector) without owning it.
+inline Weight weight_of(const Tensor& t) {
+  if (!t.defined()) return {};
+  return Weight{t.raw(), t.dtype(), t.dim(0), t.ndim() > 1 ? t.dim(1) : 1};
+}
+
+// Query heads h reads kv head h / (heads / kv_heads).
+struct AttnDims {
+  int64_t heads = 0, kv_heads = 0, qk_dim = 0, v_dim = 0;
+  float scale = 1.0f;  // applied to q·k
+};
+
+// One sequence of a packed batch: rows [token_begin, token_begin + num_tokens) are its new
+// tokens at positions context_len.. ; with a paged cache, page_table maps its positions
+// [0, context_len + num_tokens) to pages (training and cache-less runs: context_len 0, no table).
+struct SeqRange {
+  int32_t token_begin = 0;
+  int32_t num_tokens = 0;
+  int32_t context_len = 0;
+  const int32_t* page_table = nullptr;
+};
+
+// One layer's paged K/V cache: head-major pages (model/batch.h), elements f32 or bf16.
+struct KvPages {
+  void* k = nullptr;
+  void* v = nullptr;
+  int32_t page_size = 0;
+  DType dtype = DType::kF32;
+};
+
+class Ops {
+ public:
+  virtual ~Ops() = default;
+  virtual Device device() const = 0;
+
+  // ---- forward ----
+  // out[i, :] = table[ids[i], :] in f32.
+  virtual void embedding(const Weight& table, const int32_t* ids, int64_t n, float* out) const = 0;
+  // out[i, :] = x[rows[i], :] (rows of width dim).
+  virtual void gather_rows(const float* x, int64_t dim, const int32_t* rows, int64_t n, float* out) const = 0;
+  // y[m, rows] = x[m, cols] · W^T (+ bias).
+  virtual void linear(const float* x, int64_t m, const Weight& w, const float* bias, float* y) const = 0;
+  // y = rmsnorm(x) · w per row of dim; rstd (may be null) receives 1 / sqrt(mean(x²) + eps)
+  // per row for the backward. y may alias x only when rstd is null.
+  virtual void rmsnorm(const float* x, int64_t rows, int64_t dim, const float* w, float eps, float* y,
+                       float* rstd) const = 0;
+  // The residual add and the norm after it: x_out = x + delta, y = rmsnorm(x_out) (rstd as
+  // above). x_out may alias x; y aliases neither.
+  virtual void add_rmsnorm(const float* x, const float* delta, int64_t rows, int64_t dim, const float* w, float eps,
+                           float* x_out, float* y, float* rstd) const = 0;
+  // out = a + b elementwise (out may alias a or b).
+  virtual void add(const float* a, const float* b, int64_t n, float* out) const = 0;
+  // RoPE tables [n, half] for the given inverse frequencies (kernels/cpu/rope.h's rope_sincos).
+  virtual void rope_tables(const double* inv_freq, int64_t half, const int32_t* positions, int64_t n, bool f32_angle,
+                           float* cos, float* sin) const = 0;
+  // Rotates dims [rot_offset, rot_offset + 2·half) of each head of x[tokens, heads, head_stride]
+  // in place; inverse rotates back (the backward).
+  virtual void rope(float* x, int64_t tokens, int64_t heads, int64_t head_stride, int64_t rot_offset, int64_t half,
+                    const float* cos, const float* sin, kernels::RopePairing pairing, bool inverse) const = 0;
+  // MLA: rows of kvb [rows, k_dim + v_dim] split into k [rows, k_dim] and v [rows, v_dim].
+  virtual void split_rows(const float* kvb, int64_t rows, int64_t k_dim, int64_t v_dim, float* k, float* v) const = 0;
+  // Writes each new token's K/V rows (k [T, kv_heads, k_dim], v [T, kv_heads, v_dim]) into its
+  // page slot, converted to the cache's dtype.
+  virtual void kv_write(const float* k, const float* v, const SeqRange* seqs, int64_t num_seqs, const KvPages& kv,
+                        int64_t kv_heads, int64_t k_dim, int64_t v_dim) const = 0;
+  // Causal attention of each sequence's new tokens over its positions [0, context_len + j]:
+  // K/V from the pages when kv is given, else from k/v rows of the batch itself. lse (may be
+  // null) receives [T, heads] log-sum-exp of the scaled scores, which the backward needs.
+  virtual void attention(const float* q, const float* k, const float* v, const KvPages* kv, const SeqRange* seqs,
+                         int64_t num_seqs, const AttnDims& d, float* out, float* lse) const = 0;
+  // y = sigmoid(x) (may alias).
+  virtual void sigmoid(const float* x, int64_t n, float* y) const = 0;
+  // out = a ∘ b (out may alias a or b).
+  virtual void mul(const float* a, const float* b, int64_t n, float* out) const = 0;
+  // out = silu(gate) ∘ up (out may alias gate or up).
+  virtual void swiglu(const float* gate, const float* up, int64_t n, float* out) const = 0;
+
+  // ---- backward (training: f32 weights and gradients) ----
+  // dx (+)= dy · W; dw += dy^T · x; db += Σ_rows dy (db may be null).
+  virtual void linear_backward(const float* dy, const float* x, int64_t m, const Weight& w, float* dx,
+                               bool accumulate_dx, float* dw, float* db) const = 0;
+  virtual void rmsnorm_backward(const float* dy, const float* x, const float* w, const float* rstd, int64_t rows,
+                                int64_t dim, float* dx, bool accumulate_dx, float* dw) const = 0;
+  // Of swiglu: da, db from dh and the forward's inputs a (gate) and b (up).
+  virtual void swiglu_backward(const float* dh, const float* a, const float* b, int64_t n, float* da,
+                               float* db) const = 0;
+  // Of y = att ∘ g, g = sigmoid(z): d_att = dy ∘ g, d_z = dy ∘ att ∘ g(1 − g). d_z may alias dy.
+  virtual void gate_backward(const float* dy, const float* att, const float* g, int64_t n, float* d_att,
+                             float* d_z) const = 0;
+  // Of split_rows: dk and dv back into rows of d_kvb.
+  virtual void join_rows(const float* dk, const float* dv, int64_t rows, int64_t k_dim, int64_t v_dim,
+                         float* d_kvb) const = 0;
+  // Of attention without a cache; dq, dk, dv are overwritten.
+  virtual void attention_backward(const float* dout, const float* q, const float* k, const float* v,
+                                  const float* out, const float* lse, const SeqRange* seqs, int64_t num_seqs,
+                                  const AttnDims& d, float* dq, float* dk, float* dv) const = 0;
+  // d_table[ids[i], :] += dx[i, :], in row order (deterministic).
+  virtual void embedding_backward(const float* dx, const int32_t* ids, int64_t n, int64_t dim,
+                                  float* d_table) const = 0;
+  virtual void copy(const float* src, int64_t n, float* dst) const = 0;
+};
+
+// The CPU backend: the kernel table of kernels/cpu (the instruction-set level chosen at start).
+const Ops& cpu_ops();
+
+}  // namespace astrai::backend
