@@ -135,4 +135,13 @@ class Ops {
 // The CPU backend: the kernel table of kernels/cpu (the instruction-set level chosen at start).
 const Ops& cpu_ops();
 
+// The backend for memory on `device`; an error saying what is missing when the program has no
+// backend for it (the CUDA backend is a library of its own, backend/cuda) or the machine has no
+// usable GPU.
+const Ops& ops_for(Device device);
+
+// How a device backend makes itself known to ops_for (backend/cuda registers when linked in).
+using OpsFactory = const Ops& (*)();
+void register_backend(Device device, OpsFactory factory);
+
 }  // namespace astrai::backend

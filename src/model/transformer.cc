@@ -85,9 +85,11 @@ Transformer::Transformer(ModelConfig config, ModelWeights weights)
   TensorMap named;
   for (const auto& p : weights_.params(config_)) {
     ASTRAI_CHECK(p.tensor->defined(), "model weights: parameter \"", p.name, "\" is not set");
-    ASTRAI_CHECK(p.tensor->device() == Device::kCpu, "model weights: parameter \"", p.name, "\" is not on the CPU");
+    ASTRAI_CHECK(p.tensor->device() == weights_.embed_tokens.device(), "model weights: parameter \"", p.name,
+                 "\" is on another device than the embedding");
     named.emplace(p.name, *p.tensor);
   }
+  ops_ = &backend::ops_for(weights_.embed_tokens.device());
   weights_ = ModelWeights::from_tensors(config_, named, "model weights");
   // The backend's view: matrices as stored, vectors (norms, biases) converted to f32 once.
   std::vector<backend::Weight> slots;

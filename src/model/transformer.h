@@ -78,7 +78,7 @@ class Transformer {
 
   ModelConfig config_;
   ModelWeights weights_;
-  const backend::Ops* ops_ = &backend::cpu_ops();
+  const backend::Ops* ops_ = nullptr;  // the backend of the weights' device
   ModelParams<backend::Weight> view_;  // what the backend reads: weights_ with vectors in f32
   std::vector<Tensor> f32_vectors_;    // owns the f32 copies of non-f32 vectors
   size_t mapped_bytes_ = 0;

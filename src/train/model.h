@@ -57,7 +57,8 @@ class TrainModel {
   // Points layer l's output at the next layer's input (or x_final_).
   model::LayerActs& acts_of(int64_t l);
 
-  const backend::Ops& ops_ = backend::cpu_ops();
+  // The parameters, gradients and activations are host buffers (FloatBuffer).
+  const backend::Ops& ops_ = backend::ops_for(Device::kCpu);
   model::ModelConfig cfg_;
   bool recompute_;
   ParamLayout layout_;

@@ -11,6 +11,10 @@
 #include <vector>
 
 #include "backend/ops.h"
+#if ASTRAI_HAVE_CUDA
+#include "backend/cuda/cuda_ops.h"
+#endif
+#include "base/error.h"
 
 namespace astrai::backend {
 namespace {
@@ -35,7 +39,25 @@ void expect_near_rel(const std::vector<float>& got, const std::vector<double>& w
 
 const Ops& ops() { return cpu_ops(); }
 
-TEST(BackendOps, CpuBackendIsOnTheCpu) { EXPECT_EQ(ops().device(), Device::kCpu); }
+TEST(BackendOps, EachDeviceHasItsBackendOrAClearError) {
+  EXPECT_EQ(ops().device(), Device::kCpu);
+  EXPECT_EQ(&ops_for(Device::kCpu), &cpu_ops());
+#if ASTRAI_HAVE_CUDA
+  const bool gpu = cuda::available();
+#else
+  const bool gpu = false;
+#endif
+  if (gpu) {
+    EXPECT_EQ(ops_for(Device::kCuda).device(), Device::kCuda);
+    return;
+  }
+  try {
+    ops_for(Device::kCuda);
+    FAIL() << "a CUDA backend without a CUDA build or device";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("CUDA"), std::string::npos) << e.what();
+  }
+}
 
 TEST(BackendOps, LinearAndItsBackwardMatchPlainLoops) {
   for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{1, 7, 5}, {13, 33, 70}, {64, 16, 129}}) {

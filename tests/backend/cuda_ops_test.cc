@@ -1,0 +1,302 @@
+// The CUDA backend against the CPU backend, op by op, on random inputs and several shapes.
+// Built when the CUDA backend is (ASTRAI_HAVE_CUDA); skipped, saying why, on a machine without
+// a usable GPU (scripts/gpu-check.sh runs it where there is one).
+//
+// Tolerances: f32 operations within 1e-4 relative (|got - want| <= 1e-4 (1 + |want|): cuBLAS and
+// the kernels sum in other orders and contract multiply-adds; attention and its backward add
+// an exp per key); 16-bit weights within 1e-2 (the CUDA path rounds the activations to the
+// weights' type, the CPU path keeps them in f32); moves and copies exact.
+#if ASTRAI_HAVE_CUDA
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "backend/cuda/cuda_ops.h"
+#include "backend/ops.h"
+#include "tensor/dtype.h"
+
+namespace astrai::backend {
+namespace {
+
+std::vector<float> randn(size_t n, uint64_t seed, float scale = 1.0f) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+// Device copy of host data; back() reads it.
+template <typename T>
+class Dev {
+ public:
+  explicit Dev(const std::vector<T>& host) : n_(host.size()) {
+    p_ = static_cast<T*>(cuda::device_alloc(n_ * sizeof(T)));
+    if (n_ > 0) cuda::copy_to_device(p_, host.data(), n_ * sizeof(T));
+  }
+  explicit Dev(size_t n) : Dev(std::vector<T>(n, T{})) {}
+  Dev(const Dev&) = delete;
+  Dev& operator=(const Dev&) = delete;
+  ~Dev() { cuda::device_free(p_); }
+  T* p() const { return p_; }
+  std::vector<T> back() const {
+    std::vector<T> h(n_);
+    cuda::synchronize();
+    if (n_ > 0) cuda::copy_to_host(h.data(), p_, n_ * sizeof(T));
+    return h;
+  }
+
+ private:
+  T* p_ = nullptr;
+  size_t n_ = 0;
+};
+
+void expect_close(const std::vector<float>& got, const std::vector<float>& want, double tol, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i)
+    ASSERT_LE(std::fabs(got[i] - want[i]), tol * (1.0 + std::fabs(want[i])))
+        << what << ": element " << i << " got " << got[i] << " want " << want[i];
+}
+
+class CudaOps : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string why;
+    if (!cuda::available(&why)) GTEST_SKIP() << "no GPU here: " << why;
+  }
+  const Ops& cpu() { return cpu_ops(); }
+  const Ops& gpu() { return cuda::ops(); }
+};
+
+TEST_F(CudaOps, IsTheBackendOfCudaMemory) {
+  EXPECT_EQ(gpu().device(), Device::kCuda);
+  EXPECT_EQ(&ops_for(Device::kCuda), &gpu());
+}
+
+TEST_F(CudaOps, LinearF32AndBias) {
+  for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{1, 64, 96}, {7, 33, 70}, {128, 256, 512}}) {
+    const auto x = randn(static_cast<size_t>(m * k), 1), w = randn(static_cast<size_t>(n * k), 2, 0.1f),
+               b = randn(static_cast<size_t>(n), 3);
+    std::vector<float> want(static_cast<size_t>(m * n));
+    cpu().linear(x.data(), m, Weight{w.data(), DType::kF32, n, k}, b.data(), want.data());
+    Dev<float> dx(x), dw(w), db(b), dy(static_cast<size_t>(m * n));
+    gpu().linear(dx.p(), m, Weight{dw.p(), DType::kF32, n, k}, db.p(), dy.p());
+    expect_close(dy.back(), want, 1e-4, "linear f32 m=" + std::to_string(m));
+  }
+}
+
+TEST_F(CudaOps, Linear16BitWeights) {
+  const int64_t m = 9, n = 48, k = 160;
+  const auto x = randn(static_cast<size_t>(m * k), 4), w = randn(static_cast<size_t>(n * k), 5, 0.1f);
+  for (DType dt : {DType::kBF16, DType::kF16}) {
+    std::vector<uint16_t> wh(w.size());
+    convert_from_f32(w.data(), dt, wh.data(), w.size());
+    std::vector<float> want(static_cast<size_t>(m * n));
+    cpu().linear(x.data(), m, Weight{wh.data(), dt, n, k}, nullptr, want.data());
+    Dev<float> dx(x), dy(static_cast<size_t>(m * n));
+    Dev<uint16_t> dw(wh);
+    gpu().linear(dx.p(), m, Weight{dw.p(), dt, n, k}, nullptr, dy.p());
+    expect_close(dy.back(), want, 1e-2, "linear " + std::string(dtype_name(dt)));
+  }
+}
+
+TEST_F(CudaOps, NormsElementwiseAndMoves) {
+  const int64_t rows = 5, dim = 300, n = rows * dim;
+  const auto x = randn(n, 6), d = randn(n, 7), w = randn(dim, 8);
+  // rmsnorm with rstd, add_rmsnorm, add, mul, sigmoid, swiglu
+  std::vector<float> y(n), rstd(rows), xo(n), y2(n), r2(rows), s(n), pr(n), sg(n), sw(n);
+  cpu().rmsnorm(x.data(), rows, dim, w.data(), 1e-5f, y.data(), rstd.data());
+  cpu().add_rmsnorm(x.data(), d.data(), rows, dim, w.data(), 1e-5f, xo.data(), y2.data(), r2.data());
+  cpu().add(x.data(), d.data(), n, s.data());
+  cpu().mul(x.data(), d.data(), n, pr.data());
+  cpu().sigmoid(x.data(), n, sg.data());
+  cpu().swiglu(x.data(), d.data(), n, sw.data());
+  Dev<float> gx(x), gd(d), gw(w), gy(n), gr(rows), gxo(n), gy2(n), gr2(rows), gs(n), gp(n), gsg(n), gsw(n);
+  gpu().rmsnorm(gx.p(), rows, dim, gw.p(), 1e-5f, gy.p(), gr.p());
+  gpu().add_rmsnorm(gx.p(), gd.p(), rows, dim, gw.p(), 1e-5f, gxo.p(), gy2.p(), gr2.p());
+  gpu().add(gx.p(), gd.p(), n, gs.p());
+  gpu().mul(gx.p(), gd.p(), n, gp.p());
+  gpu().sigmoid(gx.p(), n, gsg.p());
+  gpu().swiglu(gx.p(), gd.p(), n, gsw.p());
+  expect_close(gy.back(), y, 1e-4, "rmsnorm");
+  expect_close(gr.back(), rstd, 1e-4, "rstd");
+  expect_close(gxo.back(), xo, 0, "add_rmsnorm sum");
+  expect_close(gy2.back(), y2, 1e-4, "add_rmsnorm norm");
+  expect_close(gs.back(), s, 0, "add");
+  expect_close(gp.back(), pr, 0, "mul");
+  expect_close(gsg.back(), sg, 1e-5, "sigmoid");
+  expect_close(gsw.back(), sw, 1e-5, "swiglu");
+  // in place rmsnorm (inference)
+  gpu().rmsnorm(gx.p(), rows, dim, gw.p(), 1e-5f, gx.p(), nullptr);
+  expect_close(gx.back(), y, 1e-4, "rmsnorm in place");
+
+  // split, join, gather, embedding (f32, bf16) and its backward, copy
+  const int64_t kd = 40, vd = 24;
+  const auto kvb = randn(static_cast<size_t>(7 * (kd + vd)), 9);
+  Dev<float> gkvb(kvb), gk(7 * kd), gv(7 * vd), gj(kvb.size());
+  gpu().split_rows(gkvb.p(), 7, kd, vd, gk.p(), gv.p());
+  gpu().join_rows(gk.p(), gv.p(), 7, kd, vd, gj.p());
+  expect_close(gj.back(), kvb, 0, "join(split(x))");
+  const std::vector<int32_t> ids = {3, 0, 3, 9, 1};
+  const auto table = randn(10 * dim, 10);
+  std::vector<float> emb(ids.size() * dim), gat(ids.size() * dim);
+  cpu().embedding(Weight{table.data(), DType::kF32, 10, dim}, ids.data(), 5, emb.data());
+  cpu().gather_rows(table.data(), dim, ids.data(), 5, gat.data());
+  Dev<float> gt(table), ge(emb.size()), gg(gat.size());
+  gpu().embedding(Weight{gt.p(), DType::kF32, 10, dim}, ids.data(), 5, ge.p());
+  gpu().gather_rows(gt.p(), dim, ids.data(), 5, gg.p());
+  expect_close(ge.back(), emb, 0, "embedding f32");
+  expect_close(gg.back(), gat, 0, "gather_rows");
+  std::vector<uint16_t> tb(table.size());
+  convert_from_f32(table.data(), DType::kBF16, tb.data(), tb.size());
+  cpu().embedding(Weight{tb.data(), DType::kBF16, 10, dim}, ids.data(), 5, emb.data());
+  Dev<uint16_t> gtb(tb);
+  gpu().embedding(Weight{gtb.p(), DType::kBF16, 10, dim}, ids.data(), 5, ge.p());
+  expect_close(ge.back(), emb, 0, "embedding bf16");
+  const auto dxe = randn(emb.size(), 11);
+  std::vector<float> dtab(table.size(), 0.5f);
+  cpu().embedding_backward(dxe.data(), ids.data(), 5, dim, dtab.data());
+  Dev<float> gdx(dxe), gdt(std::vector<float>(table.size(), 0.5f)), gc(dxe.size());
+  gpu().embedding_backward(gdx.p(), ids.data(), 5, dim, gdt.p());
+  expect_close(gdt.back(), dtab, 1e-6, "embedding backward");
+  gpu().copy(gdx.p(), static_cast<int64_t>(dxe.size()), gc.p());
+  expect_close(gc.back(), dxe, 0, "copy");
+}
+
+TEST_F(CudaOps, RopeTablesAndRotation) {
+  const int64_t tokens = 11, heads = 3, hd = 64, half = 16, offset = hd - 2 * half;
+  std::vector<double> inv(half);
+  for (int64_t f = 0; f < half; ++f) inv[f] = std::pow(10000.0, -2.0 * f / (2 * half));
+  std::vector<int32_t> pos(tokens);
+  for (int64_t i = 0; i < tokens; ++i) pos[i] = static_cast<int32_t>(i * 37 % 1000);
+  std::vector<float> cos(tokens * half), sin(tokens * half);
+  cpu().rope_tables(inv.data(), half, pos.data(), tokens, true, cos.data(), sin.data());
+  Dev<float> gcos(cos.size()), gsin(sin.size());
+  gpu().rope_tables(inv.data(), half, pos.data(), tokens, true, gcos.p(), gsin.p());
+  expect_close(gcos.back(), cos, 0, "rope cos");
+  expect_close(gsin.back(), sin, 0, "rope sin");
+  for (auto pairing : {kernels::RopePairing::kHalf, kernels::RopePairing::kAdjacent})
+    for (bool inverse : {false, true}) {
+      auto x = randn(static_cast<size_t>(tokens * heads * hd), 12);
+      Dev<float> gx(x);
+      cpu().rope(x.data(), tokens, heads, hd, offset, half, cos.data(), sin.data(), pairing, inverse);
+      gpu().rope(gx.p(), tokens, heads, hd, offset, half, gcos.p(), gsin.p(), pairing, inverse);
+      expect_close(gx.back(), x, 1e-5, "rope");
+    }
+}
+
+// Attention over a packed batch of three sequences (GQA 8/2, qk 96, v 64): cache-less with the
+// log-sum-exp, and through f32 and bf16 pages written by kv_write with a prior context.
+TEST_F(CudaOps, AttentionBatchAndPaged) {
+  const AttnDims d{8, 2, 96, 64, 1.0f / std::sqrt(96.0f)};
+  const std::vector<SeqRange> seqs = {{0, 17, 0, nullptr}, {17, 1, 0, nullptr}, {18, 40, 0, nullptr}};
+  const int64_t T = 58;
+  const auto q = randn(static_cast<size_t>(T * d.heads * d.qk_dim), 13);
+  const auto k = randn(static_cast<size_t>(T * d.kv_heads * d.qk_dim), 14);
+  const auto v = randn(static_cast<size_t>(T * d.kv_heads * d.v_dim), 15);
+  std::vector<float> out(static_cast<size_t>(T * d.heads * d.v_dim)), lse(static_cast<size_t>(T * d.heads));
+  cpu().attention(q.data(), k.data(), v.data(), nullptr, seqs.data(), 3, d, out.data(), lse.data());
+  Dev<float> gq(q), gk(k), gv(v), go(out.size()), gl(lse.size());
+  gpu().attention(gq.p(), gk.p(), gv.p(), nullptr, seqs.data(), 3, d, go.p(), gl.p());
+  expect_close(go.back(), out, 1e-4, "attention");
+  expect_close(gl.back(), lse, 1e-4, "attention lse");
+
+  // Paged, page size 16: the first 30 positions of one sequence as cached context, then 10 new.
+  const int32_t ps = 16, pages = 6;
+  const std::vector<int32_t> table = {4, 0, 5};
+  for (DType dt : {DType::kF32, DType::kBF16}) {
+    const size_t esz = dtype_size(dt);
+    std::vector<char> kp(static_cast<size_t>(pages * d.kv_heads * ps * d.qk_dim) * esz);
+    std::vector<char> vp(static_cast<size_t>(pages * d.kv_heads * ps * d.v_dim) * esz);
+    const std::vector<SeqRange> ctx = {{0, 30, 0, table.data()}};
+    const std::vector<SeqRange> step = {{0, 10, 30, table.data()}};
+    const KvPages hkv{kp.data(), vp.data(), ps, dt};
+    std::vector<float> pout(static_cast<size_t>(10 * d.heads * d.v_dim));
+    cpu().kv_write(k.data(), v.data(), ctx.data(), 1, hkv, d.kv_heads, d.qk_dim, d.v_dim);
+    cpu().kv_write(k.data() + 30 * d.kv_heads * d.qk_dim, v.data() + 30 * d.kv_heads * d.v_dim, step.data(), 1, hkv,
+                   d.kv_heads, d.qk_dim, d.v_dim);
+    cpu().attention(q.data(), nullptr, nullptr, &hkv, step.data(), 1, d, pout.data(), nullptr);
+    Dev<char> gkp(std::vector<char>(kp.size(), 0)), gvp(std::vector<char>(vp.size(), 0));
+    Dev<float> gpo(pout.size()), gk2(std::vector<float>(k.begin() + 30 * d.kv_heads * d.qk_dim, k.end())),
+        gv2(std::vector<float>(v.begin() + 30 * d.kv_heads * d.v_dim, v.end()));
+    const KvPages dkv{gkp.p(), gvp.p(), ps, dt};
+    gpu().kv_write(gk.p(), gv.p(), ctx.data(), 1, dkv, d.kv_heads, d.qk_dim, d.v_dim);
+    gpu().kv_write(gk2.p(), gv2.p(), step.data(), 1, dkv, d.kv_heads, d.qk_dim, d.v_dim);
+    EXPECT_EQ(gkp.back(), kp) << "kv_write K pages, " << dtype_name(dt);
+    EXPECT_EQ(gvp.back(), vp) << "kv_write V pages, " << dtype_name(dt);
+    gpu().attention(gq.p(), nullptr, nullptr, &dkv, step.data(), 1, d, gpo.p(), nullptr);
+    expect_close(gpo.back(), pout, 1e-4, "paged attention " + std::string(dtype_name(dt)));
+  }
+}
+
+TEST_F(CudaOps, Backwards) {
+  // linear_backward (accumulating dx and dw onto existing values)
+  const int64_t m = 19, n = 72, k = 40;
+  const auto x = randn(static_cast<size_t>(m * k), 16), w = randn(static_cast<size_t>(n * k), 17),
+             dy = randn(static_cast<size_t>(m * n), 18);
+  std::vector<float> dx(static_cast<size_t>(m * k), 1.0f), dw(w.size(), 0.25f), db(n, 0.5f);
+  cpu().linear_backward(dy.data(), x.data(), m, Weight{w.data(), DType::kF32, n, k}, dx.data(), true, dw.data(),
+                        db.data());
+  Dev<float> gx(x), gw(w), gdy(dy), gdx(std::vector<float>(dx.size(), 1.0f)), gdw(std::vector<float>(w.size(), 0.25f)),
+      gdb(std::vector<float>(n, 0.5f));
+  gpu().linear_backward(gdy.p(), gx.p(), m, Weight{gw.p(), DType::kF32, n, k}, gdx.p(), true, gdw.p(), gdb.p());
+  expect_close(gdx.back(), dx, 1e-4, "linear backward dx");
+  expect_close(gdw.back(), dw, 1e-4, "linear backward dw");
+  expect_close(gdb.back(), db, 1e-4, "linear backward db");
+
+  // rmsnorm_backward, dx aliasing dy
+  const int64_t rows = 6, dim = 130;
+  const auto xr = randn(rows * dim, 19), wr = randn(dim, 20), dyr = randn(rows * dim, 21);
+  std::vector<float> yr(rows * dim), rstd(rows), dxr = dyr, dwr(dim, 0.0f);
+  cpu().rmsnorm(xr.data(), rows, dim, wr.data(), 1e-6f, yr.data(), rstd.data());
+  cpu().rmsnorm_backward(dxr.data(), xr.data(), wr.data(), rstd.data(), rows, dim, dxr.data(), false, dwr.data());
+  Dev<float> gxr(xr), gwr(wr), grs(rstd), gdxr(dyr), gdwr(std::vector<float>(dim, 0.0f));
+  gpu().rmsnorm_backward(gdxr.p(), gxr.p(), gwr.p(), grs.p(), rows, dim, gdxr.p(), false, gdwr.p());
+  expect_close(gdxr.back(), dxr, 1e-4, "rmsnorm backward dx");
+  expect_close(gdwr.back(), dwr, 1e-4, "rmsnorm backward dw");
+
+  // swiglu and gate backward
+  const int64_t e = 5000;
+  const auto a = randn(e, 22), b = randn(e, 23), dh = randn(e, 24);
+  std::vector<float> da(e), dbb(e), g(e), datt(e), dz(e);
+  cpu().swiglu_backward(dh.data(), a.data(), b.data(), e, da.data(), dbb.data());
+  cpu().sigmoid(b.data(), e, g.data());
+  cpu().gate_backward(dh.data(), a.data(), g.data(), e, datt.data(), dz.data());
+  Dev<float> ga(a), gb(b), gdh(dh), gda(e), gdbb(e), gg(g), gdatt(e), gdz(e);
+  gpu().swiglu_backward(gdh.p(), ga.p(), gb.p(), e, gda.p(), gdbb.p());
+  gpu().gate_backward(gdh.p(), ga.p(), gg.p(), e, gdatt.p(), gdz.p());
+  expect_close(gda.back(), da, 1e-5, "swiglu backward da");
+  expect_close(gdbb.back(), dbb, 1e-5, "swiglu backward db");
+  expect_close(gdatt.back(), datt, 1e-6, "gate backward d_att");
+  expect_close(gdz.back(), dz, 1e-6, "gate backward d_z");
+}
+
+TEST_F(CudaOps, AttentionBackward) {
+  const AttnDims d{6, 3, 32, 48, 1.0f / std::sqrt(32.0f)};
+  const std::vector<SeqRange> docs = {{0, 21, 0, nullptr}, {21, 9, 0, nullptr}};
+  const int64_t T = 30;
+  const auto q = randn(static_cast<size_t>(T * d.heads * d.qk_dim), 25);
+  const auto k = randn(static_cast<size_t>(T * d.kv_heads * d.qk_dim), 26);
+  const auto v = randn(static_cast<size_t>(T * d.kv_heads * d.v_dim), 27);
+  const auto dout = randn(static_cast<size_t>(T * d.heads * d.v_dim), 28);
+  std::vector<float> out(dout.size()), lse(static_cast<size_t>(T * d.heads)), dq(q.size()), dk(k.size()), dv(v.size());
+  cpu().attention(q.data(), k.data(), v.data(), nullptr, docs.data(), 2, d, out.data(), lse.data());
+  cpu().attention_backward(dout.data(), q.data(), k.data(), v.data(), out.data(), lse.data(), docs.data(), 2, d,
+                           dq.data(), dk.data(), dv.data());
+  Dev<float> gq(q), gk(k), gv(v), gdo(dout), go(out), gl(lse), gdq(q.size()), gdk(k.size()), gdv(v.size());
+  gpu().attention_backward(gdo.p(), gq.p(), gk.p(), gv.p(), go.p(), gl.p(), docs.data(), 2, d, gdq.p(), gdk.p(),
+                           gdv.p());
+  expect_close(gdq.back(), dq, 1e-4, "attention backward dq");
+  expect_close(gdk.back(), dk, 1e-4, "attention backward dk");
+  expect_close(gdv.back(), dv, 1e-4, "attention backward dv");
+}
+
+}  // namespace
+}  // namespace astrai::backend
+
+#endif  // ASTRAI_HAVE_CUDA
