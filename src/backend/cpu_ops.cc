@@ -1,6 +1,7 @@
 // The CPU backend: each operation is a call into the kernel table (kernels/cpu/dispatch.h,
 // the level picked at start), or a plain loop for the data movement that has no kernel.
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -34,6 +35,18 @@ constexpr int64_t kParallelMin = 1 << 14;
 class CpuOps final : public Ops {
  public:
   Device device() const override { return Device::kCpu; }
+
+  void* alloc(size_t bytes) const override {
+    void* p = std::aligned_alloc(64, (std::max<size_t>(bytes, 1) + 63) / 64 * 64);
+    ASTRAI_CHECK(p != nullptr, "out of memory allocating ", bytes, " bytes");
+    return p;
+  }
+  void release(void* p) const override { std::free(p); }
+  void to_device(void* dst, const void* host, size_t bytes) const override { copy_bytes(dst, host, bytes); }
+  void to_host(void* host, const void* src, size_t bytes) const override { copy_bytes(host, src, bytes); }
+  void copy_bytes(void* dst, const void* src, size_t bytes) const override {
+    if (bytes > 0 && dst != src) std::memcpy(dst, src, bytes);
+  }
 
   void embedding(const Weight& table, const int32_t* ids, int64_t n, float* out) const override {
     kernels::embedding(table.data, table.dtype, table.cols, ids, n, out);

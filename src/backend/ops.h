@@ -65,6 +65,13 @@ class Ops {
   virtual ~Ops() = default;
   virtual Device device() const = 0;
 
+  // ---- memory of this backend's device ----
+  virtual void* alloc(size_t bytes) const = 0;  // uninitialised; 64-byte aligned at least
+  virtual void release(void* p) const = 0;      // null is fine
+  virtual void to_device(void* dst, const void* host, size_t bytes) const = 0;
+  virtual void to_host(void* host, const void* src, size_t bytes) const = 0;
+  virtual void copy_bytes(void* dst, const void* src, size_t bytes) const = 0;  // within the device
+
   // ---- forward ----
   // out[i, :] = table[ids[i], :] in f32.
   virtual void embedding(const Weight& table, const int32_t* ids, int64_t n, float* out) const = 0;

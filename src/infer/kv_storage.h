@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "backend/ops.h"
 #include "model/batch.h"
 #include "tensor/dtype.h"
 
@@ -39,5 +40,8 @@ class KvStorage {
 // `pages` zero-filled pages in host memory, one block per layer for K and one for V, on 2 MiB
 // huge pages where possible.
 std::unique_ptr<KvStorage> make_host_kv_storage(const KvLayout& layout, int32_t pages);
+
+// The same pages in the memory of a backend's device (backend/ops.h), zero-filled.
+std::unique_ptr<KvStorage> make_backend_kv_storage(const backend::Ops& ops, const KvLayout& layout, int32_t pages);
 
 }  // namespace astrai::infer

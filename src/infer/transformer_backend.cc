@@ -29,7 +29,7 @@ class TransformerBackend : public ForwardBackend {
   }
   const ModelInfo& info() const override { return info_; }
   std::unique_ptr<KvStorage> make_kv_storage(const KvLayout& layout, int32_t pages) const override {
-    return make_host_kv_storage(layout, pages);
+    return make_backend_kv_storage(backend::ops_for(model_->device()), layout, pages);
   }
   void forward(const model::Batch& batch, const KvStorage& kv, float* logits) override {
     model_->forward(batch, &kv.paged_kv(), ws_, logits);

@@ -21,12 +21,6 @@ Tensor f32_vector(const Tensor& t) {
   return t.to(DType::kF32);
 }
 
-template <typename T>
-T* grow(std::vector<T>& v, int64_t n) {
-  if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
-  return v.data();
-}
-
 }  // namespace
 
 std::vector<double> rope_inv_freq(const ModelConfig& c, int64_t seq_len) {
@@ -78,29 +72,30 @@ void rope_inv_freq_into(const ModelConfig& c, int64_t seq_len, std::vector<doubl
   }
 }
 
-Transformer::Transformer(ModelConfig config, ModelWeights weights)
-    : config_(std::move(config)), weights_(std::move(weights)) {
+Transformer::Transformer(ModelConfig config, ModelWeights weights, Device device)
+    : config_(std::move(config)), weights_(std::move(weights)), ops_(&backend::ops_for(device)) {
   config_.validate("model config");
   // Re-check shapes and dtypes through the same path a checkpoint takes.
   TensorMap named;
   for (const auto& p : weights_.params(config_)) {
     ASTRAI_CHECK(p.tensor->defined(), "model weights: parameter \"", p.name, "\" is not set");
-    ASTRAI_CHECK(p.tensor->device() == weights_.embed_tokens.device(), "model weights: parameter \"", p.name,
-                 "\" is on another device than the embedding");
+    ASTRAI_CHECK(p.tensor->device() == Device::kCpu, "model weights: parameter \"", p.name,
+                 "\" is not in host memory (weights are loaded on the host, then copied to the device)");
     named.emplace(p.name, *p.tensor);
   }
-  ops_ = &backend::ops_for(weights_.embed_tokens.device());
   weights_ = ModelWeights::from_tensors(config_, named, "model weights");
-  // The backend's view: matrices as stored, vectors (norms, biases) converted to f32 once.
+  // The backend's view: matrices as stored, vectors (norms, biases) converted to f32 once, all
+  // copied to the backend's memory unless it is the host's.
   std::vector<backend::Weight> slots;
   for_each_param(config_, weights_, [&](const ParamInfo& info, Tensor& t) {
     const bool vector = info.kind == ParamKind::kNorm || info.kind == ParamKind::kBias;
-    if (vector && t.dtype() != DType::kF32) {
-      f32_vectors_.push_back(f32_vector(t));
-      slots.push_back(backend::weight_of(f32_vectors_.back()));
-    } else {
-      slots.push_back(backend::weight_of(t));
+    Tensor use = vector ? f32_vector(t) : t;
+    if (use.raw() != t.raw()) owned_.push_back(use);
+    if (ops_->device() != Device::kCpu) {
+      use = backend::to_backend(*ops_, use);
+      owned_.push_back(use);
     }
+    slots.push_back(backend::weight_of(use));
   });
   size_t next = 0;
   for_each_param(config_, view_, [&](const ParamInfo&, backend::Weight& w) { w = slots[next++]; });
@@ -109,9 +104,9 @@ Transformer::Transformer(ModelConfig config, ModelWeights weights)
     if (p.tensor->is_mapped()) mapped_bytes_ += p.tensor->nbytes();
 }
 
-Transformer Transformer::load(const std::string& dir, WeightPlacement placement) {
+Transformer Transformer::load(const std::string& dir, WeightPlacement placement, Device device) {
   Checkpoint ck = load_checkpoint(dir, placement);
-  return Transformer(std::move(ck.config), std::move(ck.weights));
+  return Transformer(std::move(ck.config), std::move(ck.weights), device);
 }
 
 PagedKv Transformer::kv_geometry(int32_t page_size, DType dtype) const {
@@ -183,8 +178,8 @@ void Transformer::validate_batch(const Batch& b, const PagedKv* kv) const {
 void Transformer::rope_tables(const Batch& b, ForwardWorkspace& ws) const {
   const int64_t half = config_.rope_dim() / 2;
   const int64_t t = b.num_tokens();
-  float* cos = grow(ws.cos_, t * half);
-  float* sin = grow(ws.sin_, t * half);
+  float* cos = ws.cos_.grow(*ops_, static_cast<size_t>(t * half));
+  float* sin = ws.sin_.grow(*ops_, static_cast<size_t>(t * half));
   const bool f32 = hf_rope_precision(config_);
   const bool dynamic = config_.rope_scaling.type == RopeScalingType::kDynamic;
   if (!dynamic) rope_inv_freq_into(config_, 0, ws.inv_freq_);
@@ -222,20 +217,20 @@ void Transformer::forward(const Batch& b, const PagedKv* kv, ForwardWorkspace& w
 
   // Shared scratch for every layer; the residual stream x is updated in place (layer.h's aliases).
   LayerActs A;
-  A.x_in = A.x_mid = A.x_out = grow(ws.x_, t * h);
-  A.xn1 = A.xn2 = grow(ws.xn_, std::max(t, rows) * h);
-  A.q = A.q_raw = grow(ws.q_, t * nh * qkd);
-  A.k = A.k_raw = grow(ws.k_, t * nkv * qkd);
-  A.v = grow(ws.v_, t * nkv * vd);
+  A.x_in = A.x_mid = A.x_out = ws.x_.grow(ops, static_cast<size_t>(t * h));
+  A.xn1 = A.xn2 = ws.xn_.grow(ops, static_cast<size_t>(std::max(t, rows) * h));
+  A.q = A.q_raw = ws.q_.grow(ops, static_cast<size_t>(t * nh * qkd));
+  A.k = A.k_raw = ws.k_.grow(ops, static_cast<size_t>(t * nkv * qkd));
+  A.v = ws.v_.grow(ops, static_cast<size_t>(t * nkv * vd));
   if (c.is_mla()) {
-    A.lat = A.lat_raw = grow(ws.latent_, t * c.kv_lora_rank);
-    A.kvb = grow(ws.kvb_, t * nkv * (qkd + vd));
+    A.lat = A.lat_raw = ws.latent_.grow(ops, static_cast<size_t>(t * c.kv_lora_rank));
+    A.kvb = ws.kvb_.grow(ops, static_cast<size_t>(t * nkv * (qkd + vd)));
   }
-  A.att = A.y = grow(ws.attn_, t * nh * vd);
-  if (c.gated_attention) A.gs = grow(ws.gate_, t * nh * vd);
-  A.o_out = A.down_out = grow(ws.out_rows_, t * h);
-  A.a = A.h = grow(ws.mlp_gate_, t * f);
-  A.b = grow(ws.mlp_up_, t * f);
+  A.att = A.y = ws.attn_.grow(ops, static_cast<size_t>(t * nh * vd));
+  if (c.gated_attention) A.gs = ws.gate_.grow(ops, static_cast<size_t>(t * nh * vd));
+  A.o_out = A.down_out = ws.out_rows_.grow(ops, static_cast<size_t>(t * h));
+  A.a = A.h = ws.mlp_gate_.grow(ops, static_cast<size_t>(t * f));
+  A.b = ws.mlp_up_.grow(ops, static_cast<size_t>(t * f));
 
   ops.embedding(view_.embed_tokens, b.tokens.data(), t, A.x_in);
   clock.mark(ForwardOp::kEmbed);
@@ -258,7 +253,14 @@ void Transformer::forward(const Batch& b, const PagedKv* kv, ForwardWorkspace& w
   } else {
     ops.rmsnorm(A.x_out, t, h, view_.norm.f32(), eps, sel, nullptr);
   }
-  ops.linear(sel, rows, view_.lm_head, nullptr, logits);
+  if (ops.device() == Device::kCpu) {
+    ops.linear(sel, rows, view_.lm_head, nullptr, logits);
+  } else {
+    const size_t n = static_cast<size_t>(rows * c.vocab_size);
+    float* dev = ws.logits_.grow(ops, n);
+    ops.linear(sel, rows, view_.lm_head, nullptr, dev);
+    ops.to_host(logits, dev, n * sizeof(float));
+  }
   clock.mark(ForwardOp::kLmHead);
 }
 

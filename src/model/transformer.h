@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/memory.h"
 #include "backend/ops.h"
 #include "model/batch.h"
 #include "model/config.h"
@@ -33,22 +34,27 @@ class ForwardWorkspace {
 
  private:
   friend class Transformer;
-  std::vector<float> x_, xn_, q_, k_, v_, attn_, gate_, mlp_gate_, mlp_up_, latent_, kvb_, out_rows_;
-  std::vector<float> cos_, sin_;
+  // In the model's backend memory.
+  backend::Buffer x_, xn_, q_, k_, v_, attn_, gate_, mlp_gate_, mlp_up_, latent_, kvb_, out_rows_, logits_;
+  backend::Buffer cos_, sin_;
   std::vector<double> inv_freq_;
   std::vector<backend::SeqRange> seqs_;
 };
 
 class Transformer {
  public:
-  // Validates that `weights` match `config` (shapes, dtypes). Weights may be mapped or
-  // owned (any float dtype); f32 tensors are used in place (a trainer's updates to
-  // them are seen by the next forward), small vectors in other dtypes are converted once.
-  Transformer(ModelConfig config, ModelWeights weights);
+  // Validates that `weights` match `config` (shapes, dtypes). Weights are host tensors, mapped
+  // or owned (any float dtype); on the CPU, f32 tensors are used in place (a trainer's updates
+  // to them are seen by the next forward) and small vectors in other dtypes are converted once.
+  // On another device (its backend must be in the program: backend::ops_for), every weight is
+  // copied to that device's memory once.
+  Transformer(ModelConfig config, ModelWeights weights, Device device = Device::kCpu);
   // Loads DIR/config.json + model.safetensors (or sharded index), memory-mapped or copied
-  // into memory (model/weights.h).
-  static Transformer load(const std::string& dir, WeightPlacement placement = WeightPlacement::kMapped);
+  // into memory (model/weights.h), onto `device`.
+  static Transformer load(const std::string& dir, WeightPlacement placement = WeightPlacement::kMapped,
+                          Device device = Device::kCpu);
 
+  Device device() const { return ops_->device(); }
   const ModelConfig& config() const { return config_; }
   const ModelWeights& weights() const { return weights_; }
   int64_t vocab_size() const { return config_.vocab_size; }
@@ -62,8 +68,8 @@ class Transformer {
   // Bytes of K+V per token over all layers, with `dtype` elements.
   int64_t kv_bytes_per_token(DType dtype = DType::kF32) const;
 
-  // Computes logits [rows, vocab] where rows are batch.logit_rows (in that order) or every
-  // token. Without kv every sequence must have context_len == 0 and attends to its own new
+  // Computes logits [rows, vocab] (host memory) where rows are batch.logit_rows (in that order)
+  // or every token. Without kv every sequence must have context_len == 0 and attends to its own new
   // tokens. With kv, each new token's K/V is written to its page slot for every layer, and
   // attention reads positions [0, context_len + j] through the sequence's page table.
   // Throws astrai::Error for an invalid batch (ids outside the vocabulary, short page tables,
@@ -80,7 +86,7 @@ class Transformer {
   ModelWeights weights_;
   const backend::Ops* ops_ = nullptr;  // the backend of the weights' device
   ModelParams<backend::Weight> view_;  // what the backend reads: weights_ with vectors in f32
-  std::vector<Tensor> f32_vectors_;    // owns the f32 copies of non-f32 vectors
+  std::vector<Tensor> owned_;          // f32 copies of non-f32 vectors; device copies of weights
   size_t mapped_bytes_ = 0;
 };
 

@@ -449,6 +449,14 @@ class CudaOps final : public Ops {
 
   Device device() const override { return Device::kCuda; }
 
+  void* alloc(size_t bytes) const override { return device_alloc(bytes); }
+  void release(void* p) const override { device_free(p); }
+  void to_device(void* dst, const void* host, size_t bytes) const override { copy_to_device(dst, host, bytes); }
+  void to_host(void* host, const void* src, size_t bytes) const override { copy_to_host(host, src, bytes); }
+  void copy_bytes(void* dst, const void* src, size_t bytes) const override {
+    if (bytes > 0 && dst != src) check_cuda(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice), "copy");
+  }
+
   void embedding(const Weight& table, const int32_t* ids, int64_t n, float* out) const override {
     std::lock_guard<std::mutex> lock(mu_);
     const int32_t* d_ids = ints_a_.upload(std::vector<int32_t>(ids, ids + n));

@@ -1,0 +1,145 @@
+// The whole forward on the CUDA backend against the CPU backend: the same Transformer code
+// over the other backend::Ops, on random-weight models of three families (GQA, qwen3 qk-norm,
+// MLA with the attention gate). Without a cache on a ragged batch, and through device pages:
+// a chunked prefill and greedy decode steps (tokens equal, logits close). Built with the CUDA
+// backend; skipped, saying why, without a GPU (scripts/gpu-check.sh runs it on one).
+//
+// Tolerances: f32 weights, logits within 1e-4 (|got - want| <= 1e-4 (1 + |want|)): other
+// summation orders in cuBLAS and the kernels; bf16 weights within 5e-2: the CUDA path rounds
+// activations to bf16 before each product, the CPU path keeps them in f32.
+#if ASTRAI_HAVE_CUDA
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/cuda_ops.h"
+#include "model/transformer.h"
+
+namespace astrai::model {
+namespace {
+
+Json family_json(const std::string& kind) {
+  Json j{{"model_type", "llama"},   {"vocab_size", 97},          {"hidden_size", 64},
+         {"intermediate_size", 96}, {"num_hidden_layers", 2},    {"num_attention_heads", 8},
+         {"num_key_value_heads", 2}, {"rms_norm_eps", 1e-5},     {"max_position_embeddings", 128},
+         {"tie_word_embeddings", false}};
+  if (kind == "qwen3") {
+    j["model_type"] = "qwen3";
+    j["head_dim"] = 16;
+  } else if (kind == "mla") {
+    j["model_type"] = "autoregressive_lm";
+    j["kv_lora_rank"] = 16;
+    j["qk_nope_head_dim"] = 8;
+    j["qk_rope_head_dim"] = 8;
+    j["v_head_dim"] = 12;
+    j["use_gated_attention"] = true;
+  }
+  return j;
+}
+
+ModelWeights random_weights(const ModelConfig& c, DType dtype) {
+  ModelWeights w = ModelWeights::allocate(c);
+  std::mt19937 rng(11);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (auto& p : w.params(c)) {
+    Tensor& t = *p.tensor;
+    const bool vec = t.ndim() == 1, norm = p.name.find("norm") != std::string::npos;
+    const float scale = vec ? 0.2f : 1.0f / std::sqrt(static_cast<float>(t.dim(-1)));
+    for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = (norm ? 1.0f : 0.0f) + scale * nd(rng);
+    if (dtype != DType::kF32) t = t.to(dtype);
+  }
+  return w;
+}
+
+// Zeroed pages for every layer in one backend's memory.
+struct Pages {
+  const backend::Ops& ops;
+  PagedKv kv;
+  Pages(const Transformer& m, const backend::Ops& o, int32_t page_size, int32_t pages) : ops(o) {
+    kv = m.kv_geometry(page_size, DType::kF32);
+    const size_t k = size_t(pages) * page_size * kv.num_kv_heads * kv.k_head_dim * sizeof(float);
+    const size_t v = size_t(pages) * page_size * kv.num_kv_heads * kv.v_head_dim * sizeof(float);
+    const std::vector<char> zeros(std::max(k, v), 0);
+    for (int64_t l = 0; l < m.config().num_hidden_layers; ++l) {
+      kv.k_pages.push_back(ops.alloc(k));
+      kv.v_pages.push_back(ops.alloc(v));
+      ops.to_device(kv.k_pages.back(), zeros.data(), k);
+      ops.to_device(kv.v_pages.back(), zeros.data(), v);
+    }
+  }
+  ~Pages() {
+    for (void* p : kv.k_pages) ops.release(p);
+    for (void* p : kv.v_pages) ops.release(p);
+  }
+};
+
+void expect_close(const std::vector<float>& got, const std::vector<float>& want, double tol, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i)
+    ASSERT_LE(std::fabs(got[i] - want[i]), tol * (1.0 + std::fabs(want[i])))
+        << what << ": logit " << i << " got " << got[i] << " want " << want[i];
+}
+
+class CudaForward : public ::testing::TestWithParam<const char*> {
+ protected:
+  void SetUp() override {
+    std::string why;
+    if (!backend::cuda::available(&why)) GTEST_SKIP() << "no GPU here: " << why;
+  }
+};
+
+TEST_P(CudaForward, MatchesTheCpuWithoutACacheAndThroughPages) {
+  const ModelConfig c = ModelConfig::from_json(family_json(GetParam()));
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    SCOPED_TRACE(std::string(dtype_name(dtype)));
+    const double tol = dtype == DType::kF32 ? 1e-4 : 5e-2;
+    const ModelWeights w = random_weights(c, dtype);
+    const Transformer cpu(c, w, Device::kCpu), gpu(c, w, Device::kCuda);
+    EXPECT_EQ(gpu.device(), Device::kCuda);
+    const int64_t V = c.vocab_size;
+
+    // A ragged batch, no cache, every row's logits.
+    Batch b;
+    b.add_sequence({1, 5, 9, 13, 17, 21, 25});
+    b.add_sequence({2, 4, 8});
+    ForwardWorkspace wc, wg;
+    std::vector<float> want(static_cast<size_t>(b.num_tokens() * V)), got(want.size());
+    cpu.forward(b, nullptr, wc, want.data());
+    gpu.forward(b, nullptr, wg, got.data());
+    expect_close(got, want, tol, "ragged batch");
+
+    // Prefill 9 tokens in chunks of 5 and 4 through pages (page size 4, pages out of order),
+    // then 4 greedy decode steps.
+    Pages pc(cpu, backend::cpu_ops(), 4, 8), pg(gpu, backend::ops_for(Device::kCuda), 4, 8);
+    const std::vector<int32_t> table = {6, 2, 7, 0, 5};
+    std::vector<int32_t> ids = {3, 1, 4, 1, 5, 9, 2, 6, 5};
+    int32_t done = 0;
+    for (int32_t chunk : {5, 4, 1, 1, 1, 1}) {
+      Batch s;
+      s.add_sequence(std::vector<int32_t>(ids.begin() + done, ids.begin() + done + chunk), done, table);
+      s.logit_rows = {chunk - 1};
+      std::vector<float> lc(static_cast<size_t>(V)), lg(lc.size());
+      cpu.forward(s, &pc.kv, wc, lc.data());
+      gpu.forward(s, &pg.kv, wg, lg.data());
+      expect_close(lg, lc, tol, "paged step at position " + std::to_string(done));
+      done += chunk;
+      if (done == static_cast<int32_t>(ids.size())) {
+        const auto next_cpu = std::max_element(lc.begin(), lc.end()) - lc.begin();
+        if (dtype == DType::kF32) EXPECT_EQ(std::max_element(lg.begin(), lg.end()) - lg.begin(), next_cpu);
+        ids.push_back(static_cast<int32_t>(next_cpu));  // both continue with the CPU's token
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, CudaForward, ::testing::Values("llama", "qwen3", "mla"));
+
+}  // namespace
+}  // namespace astrai::model
+
+#endif  // ASTRAI_HAVE_CUDA
