@@ -41,6 +41,7 @@ struct ServeOptions {
   double grace_seconds = 30;
   int max_context = 0;
   bool no_mmap = false;
+  std::string device = "cpu";
 };
 
 // "512M", "2G", "1.5GiB", "1048576" -> bytes.
@@ -97,7 +98,8 @@ void run_serve(const ServeOptions& o) {
            server.port(), " (model '", name, "' loading)");
 
   Timer timer;
-  auto model = std::make_shared<model::Transformer>(model::Transformer::load(o.model, weight_placement(o.no_mmap)));
+  auto model = std::make_shared<model::Transformer>(
+      model::Transformer::load(o.model, weight_placement(o.no_mmap), parse_device(o.device)));
   infer::EngineOptions eo;
   eo.max_running = o.max_running;
   eo.max_queue = o.max_queue;
@@ -130,6 +132,7 @@ void setup_serve(CLI::App& app) {
   cmd->add_option("--kv-cache-memory", opts->kv_cache_memory, "KV cache size (e.g. 512M, 4G)")->capture_default_str();
   add_kv_dtype_option(cmd, &opts->kv_dtype);
   add_no_mmap_flag(cmd, &opts->no_mmap);
+  add_device_option(cmd, &opts->device);
   cmd->add_option("--threads", opts->threads, "Compute threads (0 = all cores)")->capture_default_str()->check(CLI::NonNegativeNumber);
   cmd->add_option("--http-threads", opts->http_threads, "Request workers (parsing, templating, formatting)")
       ->capture_default_str()->check(CLI::Range(1, 64));

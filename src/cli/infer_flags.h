@@ -30,6 +30,18 @@ inline CLI::Option* add_no_mmap_flag(CLI::App* cmd, bool* no_mmap) {
                        "faster batched decode, but a copy at load and the weights' size in private memory");
 }
 
+// --device (shared by generate, chat and serve): where the model runs.
+inline CLI::Option* add_device_option(CLI::App* cmd, std::string* device) {
+  return cmd
+      ->add_option("--device", *device,
+                   "Where the model runs: cpu, or cuda (the first NVIDIA GPU; needs a build with the CUDA backend, "
+                   "which has not yet been proven on a GPU)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"cpu", "cuda"}));
+}
+
+inline Device parse_device(const std::string& name) { return name == "cuda" ? Device::kCuda : Device::kCpu; }
+
 inline model::WeightPlacement weight_placement(bool no_mmap) {
   return no_mmap ? model::WeightPlacement::kMemory : model::WeightPlacement::kMapped;
 }
@@ -44,6 +56,7 @@ struct EngineFlags {
   int max_context = 0;
   int threads = 0;
   bool no_mmap = false;
+  std::string device = "cpu";
 
   void add(CLI::App* cmd) {
     cmd->add_option("--max-running", max_running, "Cap on requests decoding together");
@@ -55,6 +68,7 @@ struct EngineFlags {
     cmd->add_option("--max-context", max_context, "Context length (default: the model's)");
     cmd->add_option("--threads", threads, "Threads (default: all cores)");
     add_no_mmap_flag(cmd, &no_mmap);
+    add_device_option(cmd, &device);
   }
   infer::EngineOptions options() const {
     infer::EngineOptions o;
@@ -73,7 +87,8 @@ struct EngineFlags {
 inline std::unique_ptr<infer::Engine> load_engine(const std::string& dir, const EngineFlags& flags) {
   if (flags.threads > 0) set_num_threads(flags.threads);
   auto model =
-      std::make_shared<const model::Transformer>(model::Transformer::load(dir, weight_placement(flags.no_mmap)));
+      std::make_shared<const model::Transformer>(model::Transformer::load(dir, weight_placement(flags.no_mmap),
+                                                                          parse_device(flags.device)));
   std::shared_ptr<const tokenizer::Tokenizer> tok;
   if (file_exists(dir + "/tokenizer.json"))
     tok = std::make_shared<const tokenizer::Tokenizer>(tokenizer::Tokenizer::load(dir));

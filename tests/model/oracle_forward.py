@@ -518,6 +518,27 @@ def test_info(tmp):
     check("GQA heads 8/2" in r.stdout and "llama3" in r.stdout, "info: text summary")
 
 
+def test_device(tmp):
+    """--device cuda: the same greedy tokens as the CPU where there is a GPU and a CUDA build,
+    else a clear error that says what is missing (never a crash or a silent CPU run)."""
+    d = os.path.join(tmp, "llama_gqa4_llama3")
+    inp = os.path.join(tmp, "device_in.jsonl")
+    with open(inp, "w") as f:
+        f.write(json.dumps({"prompt_ids": [5, 9, 2, 7], "max_tokens": 6, "ignore_eos": True}) + "\n")
+    outs = {}
+    for dev in ("cpu", "cuda"):
+        out = os.path.join(tmp, "device_%s.jsonl" % dev)
+        r = run(["generate", "--model", d, "--input-file", inp, "--output-file", out, "--temperature", "0",
+                 "--include-ids", "--device", dev], expect_ok=(dev == "cpu"))
+        outs[dev] = (r, [json.loads(l)["ids"] for l in open(out)] if r.returncode == 0 else None)
+    r, toks = outs["cuda"]
+    if r.returncode == 0:
+        check(toks == outs["cpu"][1], "--device cuda: greedy tokens equal the CPU's (%s)" % toks)
+    else:
+        check(r.returncode == 1 and "error" in r.stderr and "CUDA" in r.stderr,
+              "--device cuda without a usable GPU: a clear error (%s)" % r.stderr.strip().splitlines()[-1])
+
+
 def test_rss(tmp):
     """An f32 model is mapped, not copied: peak RSS of a forward stays near 1x the weights."""
     cfg = base("llama", vocab_size=8192, hidden_size=512, intermediate_size=1024, num_attention_heads=8,
@@ -553,6 +574,7 @@ def main():
             test_model(name, tmp)
         if not only:
             test_info(tmp)
+            test_device(tmp)
             test_rss(tmp)
             test_errors(tmp)
     finally:
