@@ -12,21 +12,24 @@
 #   ASTRAI_GPU_PREBUILT=DIR scripts/gpu-check.sh
 #                                        run the packed binary from DIR
 #
-# Not yet part of it (docs/architecture.md): the engine and the commands on the GPU (--device),
-# training on the GPU, and decode tokens/s.
+# Then the decode benchmark (bench/cuda/decode_bench.cc): tokens/s at batch 1, 8 and 32 and the
+# share of the device's copy rate batch-1 decode reads weights at.
+# Not yet part of it (docs/architecture.md): the commands on the GPU (--device), training on the
+# GPU.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 build() {
   cmake --preset release -DASTRAI_CUDA=ON >/dev/null
-  cmake --build --preset release -j "$(nproc)" --target backend_tests model_tests
+  cmake --build --preset release -j "$(nproc)" --target backend_tests model_tests cuda_decode_bench
 }
 
 if [ "${1:-}" = --pack ]; then
   dir=${2:?usage: gpu-check.sh --pack DIR}
   build
   mkdir -p "$dir"
-  cp build/release/tests/backend/backend_tests build/release/tests/model/model_tests "$dir/"
+  cp build/release/tests/backend/backend_tests build/release/tests/model/model_tests \
+    build/release/bench/cuda_decode_bench "$dir/"
   # Everything ldd resolves except the C library, the loader and CUDA's own libraries.
   ldd "$dir/backend_tests" "$dir/model_tests" | awk '/=> \// {print $3}' | sort -u |
     grep -v -E '/(libc|libm|libdl|librt|libpthread|ld-linux[^/]*)\.so|libcuda\.so|libcublas' |
@@ -45,7 +48,12 @@ else
   build
   bin_dir=build/release/tests
 fi
-find_bin() { if [ -x "$bin_dir/$1" ]; then echo "$bin_dir/$1"; else echo "$bin_dir/${1%_tests}/$1"; fi; }
+find_bin() {
+  for p in "$bin_dir/$1" "$bin_dir/${1%_tests}/$1" "$bin_dir/../bench/$1"; do
+    if [ -x "$p" ]; then echo "$p"; return; fi
+  done
+  echo "$bin_dir/$1"
+}
 
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || echo "nvidia-smi: not available"
 # Fails if any op or forward differs from the CPU beyond its tolerance, or if the GPU is not
@@ -63,4 +71,5 @@ run_tests() {  # BINARY FILTER
 run_tests backend_tests 'CudaOps.*:BackendOps.*'
 run_tests model_tests '*CudaForward.*'
 [ $status = 0 ] && echo "gpu-check: every CUDA op and forward agrees with the CPU backend"
+"$(find_bin cuda_decode_bench)" || status=1
 exit $status

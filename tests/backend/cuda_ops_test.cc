@@ -18,18 +18,11 @@
 
 #include "backend/cuda/cuda_ops.h"
 #include "backend/ops.h"
+#include "random_floats.h"
 #include "tensor/dtype.h"
 
 namespace astrai::backend {
 namespace {
-
-std::vector<float> randn(size_t n, uint64_t seed, float scale = 1.0f) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> d(0.0f, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(rng);
-  return v;
-}
 
 // Device copy of host data; back() reads it.
 template <typename T>

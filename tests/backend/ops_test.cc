@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "backend/ops.h"
+#include "random_floats.h"
 #if ASTRAI_HAVE_CUDA
 #include "backend/cuda/cuda_ops.h"
 #endif
@@ -18,14 +19,6 @@
 
 namespace astrai::backend {
 namespace {
-
-std::vector<float> randn(size_t n, uint64_t seed, float scale = 1.0f) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> d(0.0f, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(rng);
-  return v;
-}
 
 Weight f32_matrix(const std::vector<float>& w, int64_t rows, int64_t cols) {
   return Weight{w.data(), DType::kF32, rows, cols};
