@@ -47,6 +47,7 @@ class CpuOps final : public Ops {
   void copy_bytes(void* dst, const void* src, size_t bytes) const override {
     if (bytes > 0 && dst != src) std::memcpy(dst, src, bytes);
   }
+  void synchronize() const override {}  // every CPU operation has returned when it is done
 
   void embedding(const Weight& table, const int32_t* ids, int64_t n, float* out) const override {
     kernels::embedding(table.data, table.dtype, table.cols, ids, n, out);

@@ -71,6 +71,9 @@ class Ops {
   virtual void to_device(void* dst, const void* host, size_t bytes) const = 0;
   virtual void to_host(void* host, const void* src, size_t bytes) const = 0;
   virtual void copy_bytes(void* dst, const void* src, size_t bytes) const = 0;  // within the device
+  // Returns once every operation issued so far has finished (device work may be asynchronous;
+  // to_host also waits for it).
+  virtual void synchronize() const = 0;
 
   // ---- forward ----
   // out[i, :] = table[ids[i], :] in f32.

@@ -80,8 +80,10 @@ struct BenchModelFlags {
   int threads = 0;
   int layers = 12, hidden = 768, heads = 12, kv_heads = 4, ffn = 2048, vocab = 32000;
   bool no_mmap = false;
+  std::string device = "cpu";
   void add(CLI::App* cmd) {
     cmd->add_option("--model", model, "Model directory (default: random-weight ~100M Llama-style model)");
+    add_device_option(cmd, &device);
     add_no_mmap_flag(cmd, &no_mmap)->description("With --model: copy the weights into memory (2 MiB huge pages) "
                                                   "instead of memory-mapping them (the random model is always in memory)");
     cmd->add_option("--threads", threads, "Threads (default: all cores)");
@@ -95,7 +97,8 @@ struct BenchModelFlags {
 std::shared_ptr<const model::Transformer> bench_model(const BenchModelFlags& f) {
   if (f.threads > 0) set_num_threads(f.threads);
   if (!f.model.empty())
-    return std::make_shared<const model::Transformer>(model::Transformer::load(f.model, weight_placement(f.no_mmap)));
+    return std::make_shared<const model::Transformer>(
+        model::Transformer::load(f.model, weight_placement(f.no_mmap), parse_device(f.device)));
   Json j = {{"model_type", "llama"},          {"vocab_size", f.vocab},           {"hidden_size", f.hidden},
             {"intermediate_size", f.ffn},     {"num_hidden_layers", f.layers},   {"num_attention_heads", f.heads},
             {"num_key_value_heads", f.kv_heads}, {"max_position_embeddings", 4096}, {"rms_norm_eps", 1e-5},
@@ -113,7 +116,25 @@ std::shared_ptr<const model::Transformer> bench_model(const BenchModelFlags& f) 
       d[i] = norm ? 1.0f : a * (static_cast<float>(state >> 40) * 0x1.0p-23f * 2.0f - 1.0f);
     }
   }
-  return std::make_shared<const model::Transformer>(config, std::move(w));
+  return std::make_shared<const model::Transformer>(config, std::move(w), parse_device(f.device));
+}
+
+// A device-to-device copy of 1 GiB: bytes read + bytes written per second (best of 5).
+double device_copy_bandwidth(const backend::Ops& ops) {
+  const size_t bytes = size_t(1) << 30;
+  void* a = ops.alloc(bytes);
+  void* b = ops.alloc(bytes);
+  double best = 0;
+  for (int rep = 0; rep < 6; ++rep) {
+    ops.synchronize();
+    BenchTimer t;
+    ops.copy_bytes(b, a, bytes);
+    ops.synchronize();
+    if (rep > 0) best = std::max(best, 2.0 * double(bytes) / t.seconds());
+  }
+  ops.release(a);
+  ops.release(b);
+  return best;
 }
 
 // Parallel memcpy of a buffer much larger than the caches, in huge-page memory as the weights
@@ -250,13 +271,18 @@ void run_decode(const DecodeFlags& f) {
   const double weight_bytes = static_cast<double>(m->weight_bytes());
   std::printf("model: %.1fM parameters, %.0f MB of weights (%s); %d threads\n", m->num_parameters() / 1e6,
               weight_bytes / 1e6, m->mapped_bytes() > 0 ? "memory-mapped" : "in memory", num_threads());
-  const double bw = copy_bandwidth();
-  std::printf("copy-bandwidth probe (parallel memcpy, huge pages): %.1f GB/s read + written\n", bw / 1e9);
+  const bool on_cpu = m->device() == Device::kCpu;
+  const double bw = on_cpu ? copy_bandwidth() : device_copy_bandwidth(backend::ops_for(m->device()));
+  std::printf("copy-bandwidth probe (%s): %.1f GB/s read + written\n",
+              on_cpu ? "parallel memcpy, huge pages" : "device-to-device copy of 1 GiB", bw / 1e9);
   const kernels::CpuInfo& cpu = kernels::cpu_info();
   const std::string level(kernels::isa_name(kernels::active_isa()));
-  std::printf("cpu: %s, kernels %s\n", cpu.model.empty() ? cpu.arch.c_str() : cpu.model.c_str(), level.c_str());
+  if (on_cpu)
+    std::printf("cpu: %s, kernels %s\n", cpu.model.empty() ? cpu.arch.c_str() : cpu.model.c_str(), level.c_str());
+  else
+    std::printf("device: cuda (the attention share is not measured there: kernels run asynchronously)\n");
   Json report = {{"params", m->num_parameters()}, {"weight_bytes", weight_bytes}, {"copy_bw", bw},
-                 {"cpu", cpu.model}, {"kernels", level}};
+                 {"cpu", cpu.model}, {"kernels", level}, {"device", on_cpu ? "cpu" : "cuda"}};
   double tps1 = 0;
   for (int b : f.batches) {
     RunStats s = run_batch(m, b, f.prompt, f.gen, false, f.kv_dtype);
@@ -273,7 +299,7 @@ void run_decode(const DecodeFlags& f) {
         "batch %2d: %8.1f tok/s  step %6.1f ms (forward %6.1f ms)  %6.1f GB/s streamed (%3.0f%% of copy bw)  attention %4.1f%% of forward  "
         "engine overhead %4.2f%%%s\n",
         b, s.decode_tps, s.step_seconds * 1e3, s.forward_ms, bytes_per_s / 1e9, 100 * bytes_per_s / bw,
-        100 * s.attention_share, 100 * s.overhead_share,
+        on_cpu ? 100 * s.attention_share : 0.0, 100 * s.overhead_share,
         (b != 1 && tps1 > 0) ? str_cat("  (", static_cast<int>(s.decode_tps / tps1 * 10) / 10.0, "x batch 1)").c_str()
                              : "");
     if (f.profile) std::printf("%s", s.decode_profile.table().c_str());

@@ -456,6 +456,7 @@ class CudaOps final : public Ops {
   void copy_bytes(void* dst, const void* src, size_t bytes) const override {
     if (bytes > 0 && dst != src) check_cuda(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice), "copy");
   }
+  void synchronize() const override { cuda::synchronize(); }
 
   void embedding(const Weight& table, const int32_t* ids, int64_t n, float* out) const override {
     std::lock_guard<std::mutex> lock(mu_);
