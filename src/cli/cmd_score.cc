@@ -1,5 +1,6 @@
 // `astrai score`: log-probability of each token given its prefix, for one or several
 // sequences (several are packed into one ragged batch), optionally dumping the logits.
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 #include <string>
@@ -10,6 +11,8 @@
 #include "base/json.h"
 #include "base/parallel.h"
 #include "cli/command.h"
+#include "cli/infer_flags.h"
+#include "infer/kv_storage.h"
 #include "kernels/cpu/softmax.h"
 #include "model/transformer.h"
 
@@ -25,6 +28,7 @@ struct ScoreOptions {
   int threads = 0;
   int chunk = 0;
   int page_size = 16;
+  std::string device = "cpu";
 };
 
 std::vector<int32_t> parse_ids(const std::string& text) {
@@ -95,16 +99,15 @@ std::vector<float> run_forward(const model::Transformer& m, const std::vector<st
     pages += static_cast<int32_t>(need);
     tables.push_back(std::move(t));
   }
-  const int64_t layers = m.config().num_hidden_layers;
-  const int64_t slot_k = static_cast<int64_t>(kv.num_kv_heads) * kv.k_head_dim;
-  const int64_t slot_v = static_cast<int64_t>(kv.num_kv_heads) * kv.v_head_dim;
-  std::vector<std::vector<float>> kstore(layers), vstore(layers);
-  for (int64_t l = 0; l < layers; ++l) {
-    kstore[l].assign(static_cast<size_t>(pages) * page_size * slot_k, 0.0f);
-    vstore[l].assign(static_cast<size_t>(pages) * page_size * slot_v, 0.0f);
-    kv.k_pages.push_back(kstore[l].data());
-    kv.v_pages.push_back(vstore[l].data());
-  }
+  // The pages in the model's device memory (zero-filled host huge pages on the CPU).
+  infer::KvLayout layout;
+  layout.num_layers = static_cast<int32_t>(m.config().num_hidden_layers);
+  layout.num_kv_heads = kv.num_kv_heads;
+  layout.k_head_dim = kv.k_head_dim;
+  layout.v_head_dim = kv.v_head_dim;
+  layout.page_size = page_size;
+  const auto storage = infer::make_backend_kv_storage(backend::ops_for(m.device()), layout, std::max(pages, 1));
+  kv = storage->paged_kv();
   std::vector<int64_t> out_offset;
   int64_t off = 0;
   for (const auto& s : seqs) {
@@ -139,7 +142,8 @@ void run_score(const ScoreOptions& o) {
   if (o.threads > 0) set_num_threads(o.threads);
   std::vector<std::vector<int32_t>> seqs;
   for (const auto& s : o.ids) seqs.push_back(parse_ids(s));
-  const model::Transformer m = model::Transformer::load(o.model);
+  const model::Transformer m =
+      model::Transformer::load(o.model, model::WeightPlacement::kMapped, parse_device(o.device));
   const int64_t vocab = m.vocab_size();
   for (size_t s = 0; s < seqs.size(); ++s)
     for (size_t i = 0; i < seqs[s].size(); ++i)
@@ -195,6 +199,7 @@ void setup_score(CLI::App& app) {
   cmd->add_option("--chunk", opts->chunk,
                   "Prefill through a paged KV cache, this many tokens per step (0: one forward, no cache)");
   cmd->add_option("--page-size", opts->page_size, "KV page size with --chunk");
+  add_device_option(cmd, &opts->device);
   cmd->callback([opts] { run_score(*opts); });
 }
 
