@@ -175,6 +175,11 @@ void Engine::Impl::cancel(const RequestHandle& handle) {
   cv_.notify_all();
 }
 
+bool Engine::Impl::accepting_requests() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return accepting_ && queued_ < options_.max_queue;
+}
+
 EngineStats Engine::Impl::stats() const {
   std::lock_guard<std::mutex> lock(stats_mu_);
   return stats_;
@@ -550,6 +555,8 @@ RequestHandle Engine::submit(GenerationRequest request, StreamCallback on_delta)
 }
 void Engine::cancel(const RequestHandle& handle) { impl_->cancel(handle); }
 EngineStats Engine::stats() const { return impl_->stats(); }
+
+bool Engine::accepting_requests() const { return impl_->accepting_requests(); }
 void Engine::invalidate_prefix_cache(uint64_t v) { impl_->invalidate(v); }
 void Engine::shutdown(double grace_seconds) { impl_->shutdown(grace_seconds); }
 std::vector<int32_t> Engine::render_prompt(const GenerationRequest& r) const { return impl_->render_prompt(r); }

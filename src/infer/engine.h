@@ -176,6 +176,9 @@ class Engine {
   RequestHandle submit(GenerationRequest request, StreamCallback on_delta = {});
   void cancel(const RequestHandle& handle);  // honoured before the next step; pages return
   EngineStats stats() const;
+  // Whether submit() would take a request now: not shutting down and the queue has room (the
+  // readiness a load balancer asks for).
+  bool accepting_requests() const;
   // Weights changed (e.g. an optimizer step): drop prefix-cache entries of older versions.
   void invalidate_prefix_cache(uint64_t new_weights_version);
   // Stops accepting requests; running ones finish (or are cancelled after grace_seconds).

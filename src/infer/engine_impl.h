@@ -28,6 +28,7 @@ class Engine::Impl {
   RequestHandle submit(GenerationRequest request, StreamCallback on_delta);
   void cancel(const RequestHandle& handle);
   EngineStats stats() const;
+  bool accepting_requests() const;
   void invalidate(uint64_t version);
   void shutdown(double grace_seconds);
   std::vector<int32_t> render_prompt(const GenerationRequest& request) const;

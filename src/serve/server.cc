@@ -25,9 +25,9 @@ Protocol protocol_of(std::string_view path) {
 
 // Endpoint label for metrics: known paths only, so a scanner cannot blow up the label set.
 std::string endpoint_label(std::string_view path) {
-  static const char* kKnown[] = {"/",           "/health",        "/stats",       "/metrics",
-                                 "/v1/models",  "/v1/completions", "/v1/chat/completions",
-                                 "/v1/messages", "/v1/messages/count_tokens"};
+  static const char* kKnown[] = {"/",           "/health",         "/health/live",         "/health/ready",
+                                 "/stats",      "/metrics",        "/v1/models",           "/v1/completions",
+                                 "/v1/chat/completions",           "/v1/messages", "/v1/messages/count_tokens"};
   for (const char* k : kKnown) {
     if (path == k) return k;
   }
@@ -419,11 +419,17 @@ void Server::handle(HttpRequest&& request, std::shared_ptr<HttpResponse> respons
   const std::string& path = request.path;
   auto engine = this->engine();
   const bool is_get = request.method == "GET" || request.method == "HEAD";
-  if (path == "/health") {
+  if (path == "/health" || path == "/health/ready" || path == "/health/live") {
     if (!is_get) return send_error(*response, endpoint, protocol, 405, "use GET");
+    // Live: the process answers (an orchestrator restarts it otherwise), also while loading
+    // and draining.
+    if (path == "/health/live") return send_json(*response, endpoint, 200, {{"status", "live"}});
     if (shutting_down_) return send_json(*response, endpoint, 503, {{"status", "shutting_down"}});
     if (!engine) return send_json(*response, endpoint, 503, {{"status", "loading"}});
-    return send_json(*response, endpoint, 200, {{"status", "ok"}});
+    if (path == "/health") return send_json(*response, endpoint, 200, {{"status", "ok"}});
+    // Ready: a new request would be taken now (a load balancer sends it elsewhere otherwise).
+    if (!engine->accepting_requests()) return send_json(*response, endpoint, 503, {{"status", "queue_full"}});
+    return send_json(*response, endpoint, 200, {{"status", "ready"}});
   }
   if (path == "/" || path == "/index.html") {
     if (!is_get) return send_error(*response, endpoint, protocol, 405, "use GET");

@@ -226,6 +226,9 @@ TEST(Server, ErrorsAuthAndCors) {
   so.max_body_bytes = 4096;
   Rig rig(so);
   EXPECT_EQ(call(rig.port, "GET", "/health").status, 200);  // exempt
+  Reply ready = call(rig.port, "GET", "/health/ready");     // exempt too
+  EXPECT_EQ(ready.status, 200);
+  EXPECT_EQ(ready.json()["status"], "ready");
   Reply no_key = call(rig.port, "GET", "/v1/models");
   EXPECT_EQ(no_key.status, 401);
   EXPECT_EQ(no_key.json()["error"]["code"], "invalid_api_key");
@@ -270,6 +273,11 @@ TEST(Server, HealthIs503WhileLoading) {
   Reply h = call(rig.port, "GET", "/health");
   EXPECT_EQ(h.status, 503);
   EXPECT_EQ(h.json()["status"], "loading");
+  // Live (the process answers) but not ready (no model yet).
+  EXPECT_EQ(call(rig.port, "GET", "/health/live").status, 200);
+  Reply ready = call(rig.port, "GET", "/health/ready");
+  EXPECT_EQ(ready.status, 503);
+  EXPECT_EQ(ready.json()["status"], "loading");
   EXPECT_EQ(call(rig.port, "POST", "/v1/chat/completions", kChat + "}").status, 503);
 }
 
@@ -339,6 +347,13 @@ TEST(Server, QueueFullIs429WithRetryAfter) {
   EXPECT_EQ(third.status, 429) << third.body;
   EXPECT_EQ(third.header("retry-after"), "1");
   EXPECT_EQ(third.json()["error"]["type"], "rate_limit_error");
+  // Not ready while the queue is full (a load balancer sends new requests elsewhere); still
+  // live, and /health (loaded, not draining) still ok.
+  Reply ready = call(rig.port, "GET", "/health/ready");
+  EXPECT_EQ(ready.status, 503);
+  EXPECT_EQ(ready.json()["status"], "queue_full");
+  EXPECT_EQ(call(rig.port, "GET", "/health/live").status, 200);
+  EXPECT_EQ(call(rig.port, "GET", "/health").status, 200);
   ::close(a);
   ::close(b);
 }
