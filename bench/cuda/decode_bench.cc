@@ -14,6 +14,7 @@
 
 #include "backend/cuda/cuda_ops.h"
 #include "backend/ops.h"
+#include "infer/kv_storage.h"
 #include "model/transformer.h"
 
 using namespace astrai;
@@ -66,28 +67,12 @@ double copy_rate(const backend::Ops& ops, size_t bytes) {
   return 2.0 * static_cast<double>(bytes) / best;
 }
 
-struct DevicePages {
-  const backend::Ops& ops;
-  model::PagedKv kv;
-  DevicePages(const model::Transformer& m, const backend::Ops& o, int32_t pages) : ops(o) {
-    kv = m.kv_geometry(16, DType::kF32);
-    const size_t k_bytes = size_t(pages) * 16 * kv.num_kv_heads * kv.k_head_dim * sizeof(float);
-    const size_t v_bytes = size_t(pages) * 16 * kv.num_kv_heads * kv.v_head_dim * sizeof(float);
-    for (int64_t l = 0; l < m.config().num_hidden_layers; ++l) {
-      kv.k_pages.push_back(ops.alloc(k_bytes));
-      kv.v_pages.push_back(ops.alloc(v_bytes));
-    }
-  }
-  ~DevicePages() {
-    for (void* p : kv.k_pages) ops.release(p);
-    for (void* p : kv.v_pages) ops.release(p);
-  }
-};
-
 // Seconds per decode step for `batch` sequences after a 128-token prefill each.
 double decode_step_seconds(const model::Transformer& m, const backend::Ops& ops, int32_t batch, int steps) {
   const int32_t prompt = 128, pages_per_seq = (prompt + steps + 16) / 16 + 1;
-  DevicePages pages(m, ops, batch * pages_per_seq);
+  const auto storage = infer::make_backend_kv_storage(
+      ops, infer::kv_layout(m.kv_geometry(16, DType::kF32), m.config().num_hidden_layers), batch * pages_per_seq);
+  const model::PagedKv& kv = storage->paged_kv();
   std::vector<std::vector<int32_t>> tables(static_cast<size_t>(batch));
   for (int32_t s = 0; s < batch; ++s)
     for (int32_t p = 0; p < pages_per_seq; ++p) tables[s].push_back(s * pages_per_seq + p);
@@ -101,14 +86,14 @@ double decode_step_seconds(const model::Transformer& m, const backend::Ops& ops,
       b.add_sequence(ids, 0, tables[s]);
       b.logit_rows.push_back(b.num_tokens() - 1);
     }
-    m.forward(b, &pages.kv, ws, logits.data());
+    m.forward(b, &kv, ws, logits.data());
   }
   double total = 0;
   for (int step = 0; step < steps + 2; ++step) {
     model::Batch b;
     for (int32_t s = 0; s < batch; ++s) b.add_sequence({(s + step * 17) % 32000}, prompt + step, tables[s]);
     const auto t0 = Clock::now();
-    m.forward(b, &pages.kv, ws, logits.data());  // returns once the logits are on the host
+    m.forward(b, &kv, ws, logits.data());  // returns once the logits are on the host
     if (step >= 2) total += seconds_since(t0);   // two warm-up steps
   }
   return total / steps;

@@ -100,13 +100,8 @@ std::vector<float> run_forward(const model::Transformer& m, const std::vector<st
     tables.push_back(std::move(t));
   }
   // The pages in the model's device memory (zero-filled host huge pages on the CPU).
-  infer::KvLayout layout;
-  layout.num_layers = static_cast<int32_t>(m.config().num_hidden_layers);
-  layout.num_kv_heads = kv.num_kv_heads;
-  layout.k_head_dim = kv.k_head_dim;
-  layout.v_head_dim = kv.v_head_dim;
-  layout.page_size = page_size;
-  const auto storage = infer::make_backend_kv_storage(backend::ops_for(m.device()), layout, std::max(pages, 1));
+  const auto storage = infer::make_backend_kv_storage(
+      backend::ops_for(m.device()), infer::kv_layout(kv, m.config().num_hidden_layers), std::max(pages, 1));
   kv = storage->paged_kv();
   std::vector<int64_t> out_offset;
   int64_t off = 0;

@@ -1,7 +1,5 @@
 #include "infer/kv_storage.h"
 
-#include <algorithm>
-#include <cstring>
 #include <vector>
 
 #include "base/error.h"
@@ -17,61 +15,24 @@ void KvLayout::validate() const {
                dtype_name(dtype));
 }
 
+KvLayout kv_layout(const model::PagedKv& g, int64_t num_layers) {
+  KvLayout l;
+  l.num_layers = static_cast<int32_t>(num_layers);
+  l.num_kv_heads = g.num_kv_heads;
+  l.k_head_dim = g.k_head_dim;
+  l.v_head_dim = g.v_head_dim;
+  l.page_size = g.page_size;
+  l.dtype = g.dtype;
+  return l;
+}
+
 namespace {
 
-class HostKvStorage final : public KvStorage {
+// One array per layer for K and one for V, zero-filled: 2 MiB huge pages in host memory for the
+// CPU backend, the backend's own memory otherwise. Page copies go through the backend.
+class PagedKvStorage final : public KvStorage {
  public:
-  HostKvStorage(const KvLayout& layout, int32_t pages) : layout_(layout) {
-    layout.validate();
-    ASTRAI_CHECK(pages >= 1, "KV cache: need at least one page, got ", pages);
-    // HugeBuffer counts floats: the byte size of each layer's K (V) array, rounded up to floats.
-    const size_t k_floats = (size_t(pages) * page_k_bytes() + 3) / 4;
-    const size_t v_floats = (size_t(pages) * page_v_bytes() + 3) / 4;
-    kv_.page_size = layout.page_size;
-    kv_.dtype = layout.dtype;
-    kv_.num_kv_heads = layout.num_kv_heads;
-    kv_.k_head_dim = layout.k_head_dim;
-    kv_.v_head_dim = layout.v_head_dim;
-    k_.resize(layout.num_layers);
-    v_.resize(layout.num_layers);
-    for (int32_t l = 0; l < layout.num_layers; ++l) {
-      k_[l] = HugeBuffer(k_floats);  // zero-filled
-      v_[l] = HugeBuffer(v_floats);
-      kv_.k_pages.push_back(k_[l].data());
-      kv_.v_pages.push_back(v_[l].data());
-    }
-  }
-
-  const model::PagedKv& paged_kv() const override { return kv_; }
-
-  void copy_page(int32_t src, int32_t dst) override {
-    const size_t kn = page_k_bytes(), vn = page_v_bytes();
-    for (int32_t l = 0; l < layout_.num_layers; ++l) {
-      char* k = static_cast<char*>(kv_.k_pages[l]);
-      char* v = static_cast<char*>(kv_.v_pages[l]);
-      std::memcpy(k + dst * kn, k + src * kn, kn);
-      std::memcpy(v + dst * vn, v + src * vn, vn);
-    }
-  }
-
- private:
-  // Bytes of one page of one layer's K (V).
-  size_t page_k_bytes() const {
-    return size_t(layout_.page_size) * layout_.num_kv_heads * layout_.k_head_dim * dtype_size(layout_.dtype);
-  }
-  size_t page_v_bytes() const {
-    return size_t(layout_.page_size) * layout_.num_kv_heads * layout_.v_head_dim * dtype_size(layout_.dtype);
-  }
-
-  KvLayout layout_;
-  std::vector<HugeBuffer> k_, v_;
-  model::PagedKv kv_;
-};
-
-// One allocation per layer for K and one for V in a backend's memory.
-class BackendKvStorage final : public KvStorage {
- public:
-  BackendKvStorage(const backend::Ops& ops, const KvLayout& layout, int32_t pages) : ops_(ops), layout_(layout) {
+  PagedKvStorage(const backend::Ops& ops, const KvLayout& layout, int32_t pages) : ops_(ops), layout_(layout) {
     layout.validate();
     ASTRAI_CHECK(pages >= 1, "KV cache: need at least one page, got ", pages);
     kv_.page_size = layout.page_size;
@@ -81,17 +42,13 @@ class BackendKvStorage final : public KvStorage {
     kv_.v_head_dim = layout.v_head_dim;
     const size_t k_bytes = size_t(pages) * page_bytes(layout.k_head_dim);
     const size_t v_bytes = size_t(pages) * page_bytes(layout.v_head_dim);
-    const std::vector<char> zeros(std::max(k_bytes, v_bytes), 0);
     for (int32_t l = 0; l < layout.num_layers; ++l) {
-      kv_.k_pages.push_back(ops.alloc(k_bytes));
-      kv_.v_pages.push_back(ops.alloc(v_bytes));
-      ops.to_device(kv_.k_pages.back(), zeros.data(), k_bytes);
-      ops.to_device(kv_.v_pages.back(), zeros.data(), v_bytes);
+      kv_.k_pages.push_back(allocate_zeroed(k_bytes));
+      kv_.v_pages.push_back(allocate_zeroed(v_bytes));
     }
   }
-  ~BackendKvStorage() override {
-    for (void* p : kv_.k_pages) ops_.release(p);
-    for (void* p : kv_.v_pages) ops_.release(p);
+  ~PagedKvStorage() override {
+    for (void* p : device_) ops_.release(p);
   }
 
   const model::PagedKv& paged_kv() const override { return kv_; }
@@ -107,24 +64,39 @@ class BackendKvStorage final : public KvStorage {
   }
 
  private:
+  // Bytes of one page of one layer's K (head_dim = k_head_dim) or V.
   size_t page_bytes(int32_t head_dim) const {
     return size_t(layout_.page_size) * layout_.num_kv_heads * head_dim * dtype_size(layout_.dtype);
+  }
+
+  void* allocate_zeroed(size_t bytes) {
+    if (ops_.device() == Device::kCpu) {
+      host_.emplace_back((bytes + 3) / 4);  // HugeBuffer counts floats; zero-filled
+      return host_.back().data();
+    }
+    void* p = ops_.alloc(bytes);
+    device_.push_back(p);
+    if (zeros_.size() < bytes) zeros_.assign(bytes, 0);
+    ops_.to_device(p, zeros_.data(), bytes);
+    return p;
   }
 
   const backend::Ops& ops_;
   KvLayout layout_;
   model::PagedKv kv_;
+  std::vector<HugeBuffer> host_;
+  std::vector<void*> device_;
+  std::vector<char> zeros_;  // the source of a device array's zero fill
 };
 
 }  // namespace
 
 std::unique_ptr<KvStorage> make_backend_kv_storage(const backend::Ops& ops, const KvLayout& layout, int32_t pages) {
-  if (ops.device() == Device::kCpu) return make_host_kv_storage(layout, pages);
-  return std::make_unique<BackendKvStorage>(ops, layout, pages);
+  return std::make_unique<PagedKvStorage>(ops, layout, pages);
 }
 
 std::unique_ptr<KvStorage> make_host_kv_storage(const KvLayout& layout, int32_t pages) {
-  return std::make_unique<HostKvStorage>(layout, pages);
+  return make_backend_kv_storage(backend::cpu_ops(), layout, pages);
 }
 
 }  // namespace astrai::infer

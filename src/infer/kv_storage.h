@@ -28,6 +28,10 @@ struct KvLayout {
   void validate() const;
 };
 
+// The layout of `num_layers` layers of pages with a model's geometry
+// (model::Transformer::kv_geometry: page size, dtype, kv heads, head dims).
+KvLayout kv_layout(const model::PagedKv& geometry, int64_t num_layers);
+
 class KvStorage {
  public:
   virtual ~KvStorage() = default;

@@ -108,6 +108,19 @@ void for_each_param(const ModelConfig& c, ModelParams<T>& p, F&& f) {
   if (!c.tie_word_embeddings) visit("lm_head.weight", {c.vocab_size, h}, M, p.lm_head);
 }
 
+// A ModelParams<U> whose every slot is f(info, the same slot of `src`), in checkpoint order; a
+// tied lm_head is the embedding's (as in `src`).
+template <typename U, typename T, typename F>
+ModelParams<U> map_params(const ModelConfig& c, ModelParams<T>& src, F&& f) {
+  std::vector<T*> slots;
+  for_each_param(c, src, [&](const ParamInfo&, T& slot) { slots.push_back(&slot); });
+  ModelParams<U> dst;
+  size_t next = 0;
+  for_each_param(c, dst, [&](const ParamInfo& info, U& slot) { slot = f(info, *slots[next++]); });
+  if (c.tie_word_embeddings) dst.lm_head = dst.embed_tokens;
+  return dst;
+}
+
 // The parameter list alone (names, shapes, kinds), in the same order.
 inline std::vector<ParamInfo> param_infos(const ModelConfig& c) {
   ModelParams<char> dummy;

@@ -86,8 +86,7 @@ Transformer::Transformer(ModelConfig config, ModelWeights weights, Device device
   weights_ = ModelWeights::from_tensors(config_, named, "model weights");
   // The backend's view: matrices as stored, vectors (norms, biases) converted to f32 once, all
   // copied to the backend's memory unless it is the host's.
-  std::vector<backend::Weight> slots;
-  for_each_param(config_, weights_, [&](const ParamInfo& info, Tensor& t) {
+  view_ = map_params<backend::Weight>(config_, weights_, [&](const ParamInfo& info, Tensor& t) {
     const bool vector = info.kind == ParamKind::kNorm || info.kind == ParamKind::kBias;
     Tensor use = vector ? f32_vector(t) : t;
     if (use.raw() != t.raw()) owned_.push_back(use);
@@ -95,11 +94,8 @@ Transformer::Transformer(ModelConfig config, ModelWeights weights, Device device
       use = backend::to_backend(*ops_, use);
       owned_.push_back(use);
     }
-    slots.push_back(backend::weight_of(use));
+    return backend::weight_of(use);
   });
-  size_t next = 0;
-  for_each_param(config_, view_, [&](const ParamInfo&, backend::Weight& w) { w = slots[next++]; });
-  if (config_.tie_word_embeddings) view_.lm_head = view_.embed_tokens;
   for (const auto& p : weights_.params(config_))
     if (p.tensor->is_mapped()) mapped_bytes_ += p.tensor->nbytes();
 }

@@ -57,13 +57,9 @@ TrainModel::TrainModel(const model::ModelConfig& config, bool recompute)
   cfg_.validate("model config");
   p_ = bind_tensors(cfg_, layout_, params_.data());
   g_ = bind_tensors(cfg_, layout_, grads_.data());
-  std::vector<float*> slots;
-  for_each_param(cfg_, p_, [&](const model::ParamInfo&, float*& p) { slots.push_back(p); });
-  size_t next = 0;
-  for_each_param(cfg_, view_, [&](const model::ParamInfo& info, backend::Weight& w) {
-    w = backend::Weight{slots[next++], DType::kF32, info.shape[0], info.shape.size() > 1 ? info.shape[1] : 1};
+  view_ = model::map_params<backend::Weight>(cfg_, p_, [](const model::ParamInfo& info, float* p) {
+    return backend::Weight{p, DType::kF32, info.shape[0], info.shape.size() > 1 ? info.shape[1] : 1};
   });
-  if (cfg_.tie_word_embeddings) view_.lm_head = view_.embed_tokens;
   if (cfg_.rope_scaling.type != model::RopeScalingType::kDynamic) model::rope_inv_freq_into(cfg_, 0, inv_freq_);
 }
 
