@@ -1,4 +1,5 @@
-// `astrai train`: pretraining (seq) and supervised fine-tuning (sft) on preprocessed shards.
+// `astrai train`: pretraining (seq), supervised fine-tuning (sft) and preference tuning (dpo)
+// on preprocessed shards.
 #include <cstdio>
 
 #include "cli/command.h"
@@ -9,17 +10,22 @@ namespace {
 
 void setup_train(CLI::App& app) {
   auto opts = std::make_shared<train::TrainOptions>();
-  CLI::App* cmd = app.add_subcommand("train", "Train a model (seq: pretraining, sft: masked fine-tuning)");
+  CLI::App* cmd = app.add_subcommand("train", "Train a model (seq: pretraining, sft: masked fine-tuning, dpo: preference pairs)");
   // A later occurrence of an option overrides an earlier one (scripts append overrides).
   cmd->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-  cmd->add_option("--train-type", opts->train_type, "seq | sft")->check(CLI::IsMember({"seq", "sft"}));
+  cmd->add_option("--train-type", opts->train_type,
+                  "seq (next-token loss on every token) | sft (on response tokens) | dpo (preference pairs, "
+                  "against the starting weights as the reference policy)")
+      ->check(CLI::IsMember({"seq", "sft", "dpo"}))
+      ->capture_default_str();
   cmd->add_option("--data", opts->data_dir, "preprocessed dataset directory (astrai preprocess)")->required();
   cmd->add_option("--model", opts->model_dir, "start from this HF checkpoint directory");
   cmd->add_option("--config", opts->config_path, "or a fresh model from this config.json");
   cmd->add_option("--tokenizer", opts->tokenizer_dir, "tokenizer directory (vocabulary checked, copied to the output)");
   cmd->add_option("--output", opts->output_dir, "output directory (metrics, checkpoints, final weights)")->required();
-  cmd->add_option("--batch-size", opts->batch_size, "sequences per micro-batch")->capture_default_str();
-  cmd->add_option("--seq-len", opts->seq_len, "tokens per sequence")->capture_default_str();
+  cmd->add_option("--batch-size", opts->batch_size, "sequences (dpo: pairs) per micro-batch")->capture_default_str();
+  cmd->add_option("--seq-len", opts->seq_len, "tokens per sequence (dpo: per side of a pair, longer sides are cut)")
+      ->capture_default_str();
   cmd->add_option("--grad-accum", opts->grad_accum, "micro-batches per update")->capture_default_str();
   cmd->add_option("--max-lr", opts->max_lr, "peak learning rate")->capture_default_str();
   cmd->add_option("--min-lr-ratio", opts->min_lr_ratio, "final rate / peak rate")->capture_default_str();
@@ -31,7 +37,17 @@ void setup_train(CLI::App& app) {
   cmd->add_option("--max-steps", opts->max_steps, "number of updates (overrides --epochs)");
   cmd->add_option("--max-grad-norm", opts->max_grad_norm, "global gradient-norm clip (0 = off)")->capture_default_str();
   cmd->add_option("--weight-decay", opts->weight_decay, "AdamW decoupled weight decay")->capture_default_str();
-  cmd->add_option("--label-smoothing", opts->label_smoothing, "cross-entropy label smoothing")->capture_default_str();
+  cmd->add_option("--label-smoothing", opts->label_smoothing, "cross-entropy label smoothing (seq, sft)")
+      ->capture_default_str();
+  cmd->add_option("--dpo-beta", opts->dpo_beta, "dpo: strength of the pull towards the reference policy (β)")
+      ->capture_default_str();
+  cmd->add_option("--dpo-loss", opts->dpo_loss,
+                  "dpo: sigmoid (DPO) | ipo (squared loss on mean log-probabilities per token)")
+      ->check(CLI::IsMember({"sigmoid", "ipo"}))
+      ->capture_default_str();
+  cmd->add_option("--dpo-label-smoothing", opts->dpo_label_smoothing,
+                  "dpo, sigmoid loss: assumed chance that a pair's labels are swapped (conservative DPO), in [0, 0.5)")
+      ->capture_default_str();
   cmd->add_option("--ckpt-interval", opts->ckpt_interval, "checkpoint every N updates (0 = at the end)");
   cmd->add_option("--val-split", opts->val_split, "fraction of samples held out for validation");
   cmd->add_option("--val-interval", opts->val_interval, "validate every N updates (0 = at the end)");

@@ -1,6 +1,7 @@
 #include "train/strategy.h"
 
 #include "kernels/cpu/cross_entropy_backward.h"
+#include "train/dpo.h"
 
 namespace astrai::train {
 
@@ -44,10 +45,17 @@ std::vector<double> sequence_logprobs(TrainModel& model, const TrainBatch& batch
   return out;
 }
 
-std::unique_ptr<Strategy> make_strategy(const std::string& train_type, float label_smoothing) {
-  if (train_type == "seq" || train_type == "sft")
-    return std::make_unique<CrossEntropyStrategy>(train_type, label_smoothing);
-  fail("unknown --train-type \"", train_type, "\" (seq, sft; dpo and grpo are not implemented yet)");
+std::unique_ptr<Strategy> make_strategy(const StrategyOptions& o, const TrainModel& reference) {
+  if (o.train_type == "seq" || o.train_type == "sft")
+    return std::make_unique<CrossEntropyStrategy>(o.train_type, o.label_smoothing);
+  if (o.train_type == "dpo") {
+    DpoOptions d;
+    d.beta = o.dpo_beta;
+    d.loss = parse_dpo_loss(o.dpo_loss);
+    d.label_smoothing = o.dpo_label_smoothing;
+    return std::make_unique<DpoStrategy>(d, reference);
+  }
+  fail("unknown --train-type \"", o.train_type, "\" (seq, sft, dpo; grpo is not implemented yet)");
 }
 
 }  // namespace astrai::train

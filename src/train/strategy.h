@@ -5,6 +5,7 @@
 // policy) and use per-sequence log-probabilities (sequence_logprobs below).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -15,9 +16,13 @@
 
 namespace astrai::train {
 
+inline constexpr int kMaxMetrics = 4;
+
 struct MicroStats {
-  double loss_sum = 0.0;    // Σ per-token loss over counted targets
-  int64_t num_targets = 0;  // counted targets
+  double loss_sum = 0.0;    // Σ loss over the units the loss averages over
+  int64_t num_targets = 0;  // those units: counted target tokens (seq, sft), pairs (dpo)
+  // Σ over the same units of the strategy's metrics (metric_names(), in order).
+  std::array<double, kMaxMetrics> metric_sums{};
   double loss() const { return num_targets > 0 ? loss_sum / static_cast<double>(num_targets) : 0.0; }
 };
 
@@ -30,6 +35,13 @@ class Strategy {
   virtual MicroStats run(TrainModel& policy, const TrainBatch& batch, float grad_scale) = 0;
   // Loss without gradients (validation).
   virtual MicroStats evaluate(TrainModel& policy, const TrainBatch& batch) = 0;
+  // The metrics MicroStats::metric_sums holds (at most kMaxMetrics, in order), reported per
+  // update as their mean over the units: in metrics.jsonl under `key`, and on the progress
+  // line as `label` when it is not empty.
+  struct Metric {
+    std::string key, label;
+  };
+  virtual std::vector<Metric> metrics() const { return {}; }
 };
 
 // `seq`: next-token cross-entropy with label smoothing (PyTorch semantics) on every target.
@@ -53,7 +65,18 @@ class CrossEntropyStrategy final : public Strategy {
 // log-probability DPO and GRPO are built on. Runs a forward only.
 std::vector<double> sequence_logprobs(TrainModel& model, const TrainBatch& batch);
 
-std::unique_ptr<Strategy> make_strategy(const std::string& train_type, float label_smoothing);
+// What --train-type and its flags choose.
+struct StrategyOptions {
+  std::string train_type = "seq";
+  float label_smoothing = 0.0f;  // seq, sft
+  float dpo_beta = 0.1f;
+  std::string dpo_loss = "sigmoid";  // sigmoid | ipo
+  float dpo_label_smoothing = 0.0f;  // conservative DPO: the chance a label is flipped
+};
+
+// Makes the strategy. `reference` gives the frozen reference policy's weights to strategies
+// that keep one (dpo: the strategy copies them once, here); others ignore it.
+std::unique_ptr<Strategy> make_strategy(const StrategyOptions& options, const TrainModel& reference);
 
 // Sums gradients (and scalars) across data-parallel ranks between accumulation and the
 // optimizer step. The single-process implementation is the identity; MPI/NCCL plug in here.

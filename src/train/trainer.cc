@@ -19,10 +19,9 @@
 #include "base/parallel.h"
 #include "base/timer.h"
 #include "data/sampler.h"
-#include "data/shard.h"
-#include "data/window.h"
 #include "model/config.h"
 #include "tokenizer/tokenizer.h"
+#include "train/batch_source.h"
 #include "train/live_model.h"
 #include "train/optimizer.h"
 #include "train/safetensors_io.h"
@@ -98,10 +97,28 @@ std::string format_duration(double s) {
   return buf;
 }
 
+// "dpo_beta" -> "dpo-beta": the command-line spelling of an option's JSON key.
+std::string flag_name(std::string key) {
+  std::replace(key.begin(), key.end(), '_', '-');
+  return key;
+}
+
+std::string fixed(const Json& value, int digits) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", digits, value.get<double>());
+  return buf;
+}
+
 Json options_fingerprint(const TrainOptions& o) {
   // What must not change across a resume for it to continue the same run.
-  return Json{{"train_type", o.train_type}, {"batch_size", o.batch_size}, {"seq_len", o.seq_len},
-              {"grad_accum", o.grad_accum}, {"seed", o.seed}, {"val_split", o.val_split}};
+  Json j{{"train_type", o.train_type}, {"batch_size", o.batch_size}, {"seq_len", o.seq_len},
+         {"grad_accum", o.grad_accum}, {"seed", o.seed}, {"val_split", o.val_split}};
+  if (o.train_type == "dpo") {
+    j["dpo_beta"] = o.dpo_beta;
+    j["dpo_loss"] = o.dpo_loss;
+    j["dpo_label_smoothing"] = o.dpo_label_smoothing;
+  }
+  return j;
 }
 
 class Run {
@@ -112,8 +129,11 @@ class Run {
  private:
   void setup_model();
   void setup_data();
-  void build_batch(const std::vector<int64_t>& samples, TrainBatch* b);
-  double validate();
+  MicroStats validate();
+  // Adds a micro-batch's (or validation's) metrics to a metrics.jsonl record.
+  void add_metrics(const MicroStats& s, const std::string& prefix, Json* rec) const;
+  // One progress line for the update in `rec` (redrawn in place on a terminal).
+  void print_progress(const Json& rec, double seconds_per_step, int64_t first_step) const;
   void save_checkpoint(int64_t step);
   void load_checkpoint(const std::string& dir);
   void write_metrics_line(const Json& j);
@@ -124,14 +144,13 @@ class Run {
   std::unique_ptr<AdamW> adam_;
   std::unique_ptr<Strategy> strategy_;
   LocalCommunicator comm_;
-  std::optional<data::WindowDataset> data_;
+  std::unique_ptr<BatchSource> source_;
   std::unique_ptr<data::Sampler> sampler_;
   std::vector<int64_t> val_pool_;
   ScheduleConfig sched_;
   int64_t step_ = 0;
   int64_t total_steps_ = 0;
   std::string last_ckpt_;
-  data::Sample sample_;
 };
 
 void Run::setup_model() {
@@ -157,24 +176,28 @@ void Run::setup_model() {
   ac.eps = static_cast<float>(o_.adam_eps);
   ac.weight_decay = static_cast<float>(o_.weight_decay);
   adam_ = std::make_unique<AdamW>(model_->layout(), ac);
-  strategy_ = make_strategy(o_.train_type, static_cast<float>(o_.label_smoothing));
+  StrategyOptions so;
+  so.train_type = o_.train_type;
+  so.label_smoothing = static_cast<float>(o_.label_smoothing);
+  so.dpo_beta = static_cast<float>(o_.dpo_beta);
+  so.dpo_loss = o_.dpo_loss;
+  so.dpo_label_smoothing = static_cast<float>(o_.dpo_label_smoothing);
+  // DPO's reference policy: the starting weights (--model, or the seeded init of --config,
+  // which a resume rebuilds identically before loading the checkpoint).
+  strategy_ = make_strategy(so, *model_);
 }
 
 void Run::setup_data() {
-  auto shards = data::Shards::open(o_.data_dir);
-  shards.check_vocab(model_->config().vocab_size);
-  const data::WindowOptions windows = data::row_windows(shards, o_.seq_len);
-  data_.emplace(std::move(shards), windows);
-  ASTRAI_CHECK(data_->window_size() == o_.seq_len, o_.data_dir, ": windows of ", data_->window_size(),
-               " tokens, expected --seq-len ", o_.seq_len);
+  source_ = open_batch_source(o_.train_type, o_.data_dir, o_.seq_len, model_->config().vocab_size);
+  const int64_t n = source_->size();
   std::vector<int64_t> train_pool;
   if (o_.val_split > 0) {
-    auto split = data::split_train_val(data_->size(), o_.val_split, o_.seed);
+    auto split = data::split_train_val(n, o_.val_split, o_.seed);
     train_pool = std::move(split.train);
     val_pool_ = std::move(split.val);
   } else {
-    train_pool.resize(static_cast<size_t>(data_->size()));
-    for (int64_t i = 0; i < data_->size(); ++i) train_pool[i] = i;
+    train_pool.resize(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) train_pool[i] = i;
   }
   data::SamplerOptions so;
   so.seed = o_.seed;
@@ -187,38 +210,50 @@ void Run::setup_data() {
   ASTRAI_CHECK(total_steps_ > 0, "nothing to train: --epochs and --max-steps give 0 steps");
 }
 
-void Run::build_batch(const std::vector<int64_t>& samples, TrainBatch* b) {
-  *b = TrainBatch{};
-  std::vector<int32_t> tgt;
-  for (int64_t idx : samples) {
-    data_->get(idx, &sample_);
-    const auto& s = sample_;
-    tgt.resize(s.targets.size());
-    for (size_t j = 0; j < s.targets.size(); ++j) tgt[j] = s.loss_mask[j] ? s.targets[j] : kIgnore;
-    int32_t off = 0;
-    for (int32_t len : data::segment_lengths(s.position_ids)) {
-      b->add_rows(s.input_ids.data() + off, tgt.data() + off, s.position_ids.data() + off, len);
-      off += len;
-    }
-  }
-}
-
-double Run::validate() {
-  if (val_pool_.empty()) return -1.0;
-  double loss_sum = 0.0;
-  double count = 0.0;
+MicroStats Run::validate() {
+  MicroStats total;
+  if (val_pool_.empty()) return total;
   TrainBatch b;
   const int64_t n = std::min<int64_t>(static_cast<int64_t>(val_pool_.size()), o_.val_batches * o_.batch_size);
   for (int64_t i = 0; i < n; i += o_.batch_size) {
     std::vector<int64_t> idx(val_pool_.begin() + i, val_pool_.begin() + std::min(n, i + o_.batch_size));
-    build_batch(idx, &b);
+    source_->fill(idx, &b);
     const MicroStats s = strategy_->evaluate(*model_, b);
-    loss_sum += s.loss_sum;
-    count += static_cast<double>(s.num_targets);
+    total.loss_sum += s.loss_sum;
+    total.num_targets += s.num_targets;
+    for (int k = 0; k < kMaxMetrics; ++k) total.metric_sums[k] += s.metric_sums[k];
   }
-  double agg[2] = {loss_sum, count};
-  comm_.all_reduce_sum(agg, 2);
-  return agg[1] > 0 ? agg[0] / agg[1] : -1.0;
+  std::array<double, 2 + kMaxMetrics> agg{total.loss_sum, static_cast<double>(total.num_targets)};
+  std::copy(total.metric_sums.begin(), total.metric_sums.end(), agg.begin() + 2);
+  comm_.all_reduce_sum(agg.data(), agg.size());
+  total.loss_sum = agg[0];
+  total.num_targets = static_cast<int64_t>(agg[1]);
+  std::copy(agg.begin() + 2, agg.end(), total.metric_sums.begin());
+  return total;
+}
+
+void Run::add_metrics(const MicroStats& s, const std::string& prefix, Json* rec) const {
+  const auto metrics = strategy_->metrics();
+  for (size_t k = 0; k < metrics.size(); ++k)
+    (*rec)[prefix + metrics[k].key] = s.num_targets > 0 ? s.metric_sums[k] / static_cast<double>(s.num_targets) : 0.0;
+}
+
+void Run::print_progress(const Json& rec, double seconds_per_step, int64_t first_step) const {
+  const int width = 24;
+  std::string bar(static_cast<size_t>(width * step_ / total_steps_), '=');
+  bar.resize(width, ' ');
+  std::string line = str_cat("step ", step_, "/", total_steps_, " [", bar, "] loss ", fixed(rec["loss"], 4));
+  for (const auto& m : strategy_->metrics())
+    if (!m.label.empty()) line += str_cat(" ", m.label, " ", fixed(rec[m.key], 3));
+  char rates[96];
+  std::snprintf(rates, sizeof rates, " lr %.2e %.0f tok/s ETA ", rec["lr"].get<double>(),
+                rec["tokens_per_s"].get<double>());
+  line += rates + format_duration(seconds_per_step * static_cast<double>(total_steps_ - step_));
+  if (rec.contains("val_loss")) line += " val " + fixed(rec["val_loss"], 4);
+  const bool last = step_ == total_steps_;
+  if (::isatty(2)) std::fprintf(stderr, "\r%s\033[K%s", line.c_str(), last ? "\n" : "");
+  else if (last || rec.contains("val_loss") || step_ % 10 == 0 || step_ == first_step + 1)
+    std::fprintf(stderr, "%s\n", line.c_str());
 }
 
 void Run::save_checkpoint(int64_t step) {
@@ -253,7 +288,7 @@ void Run::load_checkpoint(const std::string& dir) {
   const Json& saved = state.at("options");
   for (auto it = fp.begin(); it != fp.end(); ++it)
     ASTRAI_CHECK(saved.contains(it.key()) && saved[it.key()] == it.value(), "cannot resume from ", dir, ": --",
-                 it.key(), " was ", saved.value(it.key(), Json()).dump(), ", now ", it.value().dump());
+                 flag_name(it.key()), " was ", saved.value(it.key(), Json()).dump(), ", now ", it.value().dump());
   auto weights = model::read_checkpoint_tensors(dir);
   model_->load_weights(weights.tensors, dir);
   auto opt = read_safetensors(dir + "/optimizer.safetensors");
@@ -279,6 +314,8 @@ TrainResult Run::go() {
   ASTRAI_CHECK(!o_.data_dir.empty() && !o_.output_dir.empty(), "--data and --output are required");
   ASTRAI_CHECK(o_.batch_size > 0 && o_.seq_len > 0 && o_.grad_accum > 0, "--batch-size, --seq-len and --grad-accum must be positive");
   ASTRAI_CHECK(o_.label_smoothing >= 0 && o_.label_smoothing < 1, "--label-smoothing must be in [0, 1)");
+  ASTRAI_CHECK(o_.train_type != "dpo" || o_.label_smoothing == 0,
+               "--label-smoothing is for seq and sft; conservative DPO takes --dpo-label-smoothing");
   if (o_.threads > 0) set_num_threads(o_.threads);
   setup_model();
   setup_data();
@@ -314,11 +351,10 @@ TrainResult Run::go() {
     write_file_atomic(metrics.string(), "");
   }
   log_info("training ", model_->num_params(), " parameters (", config_.summary(), ") for ", total_steps_,
-           " updates of ", o_.batch_size * o_.grad_accum, " x ", o_.seq_len, " tokens");
+           " updates of ", o_.batch_size * o_.grad_accum, " ", source_->sample_noun());
 
   SignalGuard signals;
   TrainResult result;
-  const bool tty = ::isatty(2) != 0;
   Timer run_timer;
   const int64_t first_step = step_;
   TrainBatch batch;
@@ -327,11 +363,14 @@ TrainResult Run::go() {
     model_->zero_grads();
     double loss = 0.0;
     int64_t tokens = 0;
+    MicroStats step_stats;  // metric sums over the update's micro-batches
     for (int64_t m = 0; m < o_.grad_accum; ++m) {
-      build_batch(sampler_->next_batch(o_.batch_size), &batch);
+      source_->fill(sampler_->next_batch(o_.batch_size), &batch);
       const MicroStats s = strategy_->run(*model_, batch, 1.0f / static_cast<float>(o_.grad_accum));
       loss += s.loss() / static_cast<double>(o_.grad_accum);
       tokens += batch.num_tokens();
+      step_stats.num_targets += s.num_targets;
+      for (int k = 0; k < kMaxMetrics; ++k) step_stats.metric_sums[k] += s.metric_sums[k];
     }
     comm_.all_reduce_sum(model_->grads().data(), model_->grads().size());
     double loss_buf = loss / comm_.size();
@@ -350,34 +389,23 @@ TrainResult Run::go() {
     const double dt = step_timer.seconds();
     Json rec{{"step", step_}, {"loss", loss}, {"lr", lr}, {"grad_norm", norm},
              {"tokens_per_s", dt > 0 ? static_cast<double>(tokens) * comm_.size() / dt : 0.0}};
+    add_metrics(step_stats, "", &rec);
     double val = -1.0;
     const bool last = step_ == total_steps_;
     if (!val_pool_.empty() && ((o_.val_interval > 0 && step_ % o_.val_interval == 0) || last)) {
-      val = validate();
+      const MicroStats v = validate();
+      val = v.loss();
       rec["val_loss"] = val;
+      add_metrics(v, "val_", &rec);
       result.last_val_loss = val;
     }
     write_metrics_line(rec);
     result.last_loss = loss;
-    if (o_.progress) {
-      const double elapsed = run_timer.seconds();
-      const double per_step = elapsed / static_cast<double>(step_ - first_step);
-      const int width = 24;
-      const int filled = static_cast<int>(width * step_ / total_steps_);
-      std::string bar(static_cast<size_t>(filled), '=');
-      bar.resize(width, ' ');
-      char line[256];
-      std::snprintf(line, sizeof line, "step %lld/%lld [%s] loss %.4f lr %.2e %.0f tok/s ETA %s%s",
-                    static_cast<long long>(step_), static_cast<long long>(total_steps_), bar.c_str(), loss, lr,
-                    rec["tokens_per_s"].get<double>(), format_duration(per_step * (total_steps_ - step_)).c_str(),
-                    val >= 0 ? (" val " + std::to_string(val).substr(0, 6)).c_str() : "");
-      if (tty) std::fprintf(stderr, "\r%s\033[K%s", line, last ? "\n" : "");
-      else if (last || val >= 0 || step_ % 10 == 0 || step_ == first_step + 1) std::fprintf(stderr, "%s\n", line);
-    }
+    if (o_.progress) print_progress(rec, run_timer.seconds() / static_cast<double>(step_ - first_step), first_step);
     const bool stop = g_stop_signal.load() != 0;
     if (last || stop || (o_.ckpt_interval > 0 && step_ % o_.ckpt_interval == 0)) save_checkpoint(step_);
     if (stop) {
-      if (tty && o_.progress) std::fprintf(stderr, "\n");
+      if (::isatty(2) && o_.progress) std::fprintf(stderr, "\n");
       log_warn("stopped by signal ", g_stop_signal.load(), " after update ", step_, "; checkpoint ", last_ckpt_,
                " (continue with --resume)");
       result.interrupted = true;

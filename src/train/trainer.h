@@ -8,7 +8,8 @@
 //
 // Output directory:
 //   metrics.jsonl                    one record per update: step, loss, lr, grad_norm,
-//                                    tokens_per_s (+ val_loss when validated)
+//                                    tokens_per_s, the strategy's metrics (dpo: rewards_*)
+//                                    (+ val_loss and val_<metric> when validated)
 //   checkpoints/step-00000042/       config.json, model.safetensors (HF layout, f32),
 //                                    optimizer.safetensors (AdamW m, v), trainer_state.json,
 //                                    tokenizer files; written under a temporary name, renamed
@@ -43,6 +44,9 @@ struct TrainOptions {
   double weight_decay = 0.1;
   double beta1 = 0.9, beta2 = 0.95, adam_eps = 1e-8;
   double label_smoothing = 0.0;
+  double dpo_beta = 0.1;
+  std::string dpo_loss = "sigmoid";
+  double dpo_label_smoothing = 0.0;
   int64_t ckpt_interval = 0;  // 0: only at the end (and on signals)
   double val_split = 0.0;
   int64_t val_interval = 0;   // 0: only at the end (when val_split > 0)

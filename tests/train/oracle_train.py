@@ -7,6 +7,12 @@ written here with plain torch ops (attention as matmul + softmax, per document) 
 Checks: the loss, EVERY parameter gradient (max abs error <= 1e-4 x the tensor's max abs
 gradient), and the loss after each of ten optimizer steps (relative 1e-4).
 
+DPO cases (train_type "dpo"): micro-batches of preference pairs sharing a prompt, a reference
+policy with its own random weights (so the log-ratios are not 0 at the first step), and the
+loss written with torch ops from the papers' formulas (sigmoid DPO, conservative DPO with
+label smoothing, IPO on mean log-probabilities); the rewards, margin and accuracy of every
+step are checked too (absolute 1e-5 or relative 1e-4).
+
 usage: oracle_train.py TOOL CONFIG_NAME [--before TOOL_OF_AN_EARLIER_BUILD]
 """
 import json
@@ -88,7 +94,32 @@ CONFIGS = {
                     mlp_bias=True, max_position_embeddings=32,
                     rope_scaling=dict(type="dynamic", factor=2.0)),
         label_smoothing=0.0, docs=[[40, 12, 57]]),
+    # DPO, sigmoid loss, on the Llama configuration: 3 pairs in one micro-batch.
+    "dpo_sigmoid_llama": dict(
+        config=dict(model_type="llama", vocab_size=61, hidden_size=32, num_hidden_layers=2,
+                    num_attention_heads=4, num_key_value_heads=2, intermediate_size=48,
+                    rms_norm_eps=1e-6, rope_theta=10000.0, tie_word_embeddings=True),
+        label_smoothing=0.0, train_type="dpo", dpo=dict(beta=0.5, loss="sigmoid", label_smoothing=0.0),
+        pairs=[(3, 4, 2), (2, 1, 5), (4, 3, 3)]),
+    # IPO on Qwen2 (biases, untied head), two micro-batches of 2 pairs, clipping.
+    "dpo_ipo_qwen2": dict(
+        config=dict(model_type="qwen2", vocab_size=53, hidden_size=24, num_hidden_layers=2,
+                    num_attention_heads=3, num_key_value_heads=3, intermediate_size=40,
+                    rms_norm_eps=1e-6, rope_theta=1000000.0, tie_word_embeddings=False),
+        label_smoothing=0.0, train_type="dpo", dpo=dict(beta=0.3, loss="ipo", label_smoothing=0.0),
+        pairs=[(2, 3, 4), (3, 2, 2)], micro=2, max_grad_norm=0.5),
+    # Conservative DPO (label smoothing 0.2) on the reference model with qk-norm and the gate,
+    # activation recomputation.
+    "dpo_smoothing_arlm": dict(
+        config=dict(model_type="autoregressive_lm", use_qk_norm=True, vocab_size=67, hidden_size=32, num_hidden_layers=2,
+                    num_attention_heads=4, num_key_value_heads=1, head_dim=12, intermediate_size=56,
+                    rms_norm_eps=1e-6, rope_theta=10000.0, tie_word_embeddings=True,
+                    use_gated_attention=True),
+        label_smoothing=0.0, train_type="dpo", dpo=dict(beta=1.0, loss="sigmoid", label_smoothing=0.2),
+        pairs=[(5, 2, 3), (1, 4, 1)], recompute=True),
 }
+
+DPO_METRICS = ["rewards_chosen", "rewards_rejected", "rewards_margin", "rewards_accuracy"]
 
 
 def write_safetensors(path, tensors):
@@ -291,13 +322,56 @@ def micro_loss(c, P, mb, ls):
     return F.cross_entropy(torch.cat(logits), torch.tensor(targets), ignore_index=-100, label_smoothing=ls)
 
 
+def seq_logps(c, P, side, mask, mean):
+    """Σ (mean when `mean`) of log p over the response tokens of one side of a pair."""
+    lp = torch.log_softmax(forward_logits(c, P, side[:-1]), dim=-1)
+    tok = lp[torch.arange(len(side) - 1), torch.tensor(side[1:])]
+    keep = torch.tensor([bool(m) for m in mask[1:]])
+    s = tok[keep].sum()
+    return s / keep.sum() if mean else s
+
+
+def dpo_micro(c, P, Pref, mb, o):
+    """Mean DPO/IPO loss over the micro-batch's pairs, and the sums of the four metrics."""
+    ipo = o["loss"] == "ipo"
+    losses, met = [], np.zeros(4)
+    for p in mb["pairs"]:
+        pc = seq_logps(c, P, p["chosen"], p["chosen_mask"], ipo)
+        pr = seq_logps(c, P, p["rejected"], p["rejected_mask"], ipo)
+        with torch.no_grad():
+            rc = seq_logps(c, Pref, p["chosen"], p["chosen_mask"], ipo)
+            rr = seq_logps(c, Pref, p["rejected"], p["rejected_mask"], ipo)
+        h = (pc - rc) - (pr - rr)
+        b, eps = o["beta"], o["label_smoothing"]
+        if ipo:
+            losses.append((h - 1 / (2 * b)) ** 2)
+        else:
+            losses.append(-(1 - eps) * F.logsigmoid(b * h) - eps * F.logsigmoid(-b * h))
+        ch, rj = b * (pc - rc).item(), b * (pr - rr).item()
+        met += [ch, rj, ch - rj, float(ch > rj)]
+    return torch.stack(losses).mean(), met
+
+
+def make_pairs(rng, V, shapes):
+    """Pairs sharing a prompt: (prompt, chosen response, rejected response) lengths."""
+    pairs = []
+    for n_prompt, n_chosen, n_rejected in shapes:
+        prompt = rng.integers(0, V, size=n_prompt).tolist()
+        ch, rj = rng.integers(0, V, size=n_chosen).tolist(), rng.integers(0, V, size=n_rejected).tolist()
+        pairs.append(dict(chosen=prompt + ch, chosen_mask=[0] * n_prompt + [1] * n_chosen,
+                          rejected=prompt + rj, rejected_mask=[0] * n_prompt + [1] * n_rejected))
+    return pairs
+
+
 def same_as_before(before_tool, d):
     """Runs a build from before a change on the same case: gradients, losses and updated
     weights must be the same bytes ("training bit-identical to before")."""
-    outs = ["grads.safetensors", "result.json"]
-    ours = {f: open(os.path.join(d, f), "rb").read() for f in outs}
+    grads = open(os.path.join(d, "grads.safetensors"), "rb").read()
+    ours = json.load(open(os.path.join(d, "result.json")))
     subprocess.run([before_tool, d], check=True)
-    same = all(open(os.path.join(d, f), "rb").read() == ours[f] for f in outs)
+    theirs = json.load(open(os.path.join(d, "result.json")))
+    same = open(os.path.join(d, "grads.safetensors"), "rb").read() == grads and all(
+        ours[k] == theirs[k] for k in ("losses", "grad_norms"))
     print(("ok   " if same else "FAIL ") + "gradients and losses identical to the build before")
     return 0 if same else 1
 
@@ -320,7 +394,11 @@ def main():
     V = c["vocab_size"]
     nmicro = case.get("micro", 1)
     micro = []
+    dpo = case.get("dpo")
     for m in range(nmicro):
+        if dpo:
+            micro.append({"pairs": make_pairs(rng, V, case["pairs"])})
+            continue
         mb = {"docs": [rng.integers(0, V, size=n + 1).tolist() for n in case["docs"][m % len(case["docs"])]]}
         if case.get("train_type") == "sft":
             # Prompt = first third of each document: its targets are excluded from the loss.
@@ -331,11 +409,17 @@ def main():
     cfg = dict(micro_batches=micro, label_smoothing=case["label_smoothing"], lrs=lrs, beta1=0.9,
                beta2=0.95, eps=1e-8, weight_decay=0.1, max_grad_norm=case.get("max_grad_norm", 0.0),
                train_type=case.get("train_type", "seq"), recompute=case.get("recompute", False))
+    if dpo:
+        cfg.update(dpo_beta=dpo["beta"], dpo_loss=dpo["loss"], dpo_label_smoothing=dpo["label_smoothing"])
+        # The reference policy: the same shapes, weights moved off the policy's.
+        Pref32 = {n: t + 0.05 * torch.randn(t.shape) for n, t in P32.items()}
 
     with tempfile.TemporaryDirectory() as d:
         json.dump(c, open(os.path.join(d, "config.json"), "w"))
         json.dump(cfg, open(os.path.join(d, "case.json"), "w"))
         write_safetensors(os.path.join(d, "params.safetensors"), P32)
+        if dpo:
+            write_safetensors(os.path.join(d, "ref_params.safetensors"), Pref32)
         subprocess.run([tool, d], check=True)
         if len(sys.argv) == 5 and sys.argv[3] == "--before":
             return same_as_before(sys.argv[4], d)
@@ -349,9 +433,22 @@ def main():
                             lr=lrs[0], betas=(0.9, 0.95), eps=1e-8)
     ok = True
     ref_losses = []
+    if dpo:
+        Pref = {n: t.double() for n, t in Pref32.items()}
     for step in range(steps):
         opt.zero_grad()
-        loss = sum(micro_loss(c, P, mb, case["label_smoothing"]) for mb in micro) / nmicro
+        if dpo:
+            terms = [dpo_micro(c, P, Pref, mb, dpo) for mb in micro]
+            loss = sum(t[0] for t in terms) / nmicro
+            met = sum(t[1] for t in terms) / sum(len(mb["pairs"]) for mb in micro)
+            for k, (a, b) in enumerate(zip(ours["metrics"][step], met)):
+                if abs(a - b) > max(1e-5, 1e-4 * abs(b)):
+                    ok = False
+                    print(f"FAIL step {step} {DPO_METRICS[k]}: ours {a:.7f} torch {b:.7f}")
+            if step in (0, steps - 1):
+                print(f"step {step}: " + ", ".join(f"{n} {v:.5f}" for n, v in zip(DPO_METRICS, met)))
+        else:
+            loss = sum(micro_loss(c, P, mb, case["label_smoothing"]) for mb in micro) / nmicro
         loss.backward()
         ref_losses.append(loss.item())
         if step == 0:

@@ -1,7 +1,8 @@
 // Driver for the PyTorch oracle (oracle_train.py): loads a config, parameters and
 // micro-batches written by the script, runs our forward/backward and AdamW steps, and writes
 // the first step's loss and every parameter gradient plus the loss of each step.
-//   train_oracle_tool DIR   (DIR/config.json, DIR/case.json, DIR/params.safetensors)
+//   train_oracle_tool DIR   (DIR/config.json, DIR/case.json, DIR/params.safetensors, and for
+//                            dpo DIR/ref_params.safetensors: the reference policy)
 #include <cstdio>
 #include <vector>
 
@@ -12,6 +13,7 @@
 #include "train/model.h"
 #include "train/optimizer.h"
 #include "train/safetensors_io.h"
+#include "train/dpo.h"
 #include "train/strategy.h"
 
 using namespace astrai;
@@ -33,7 +35,10 @@ int main(int argc, char** argv) {
     std::vector<TrainBatch> micro;
     for (const auto& mb : c["micro_batches"]) {
       TrainBatch b;
-      for (size_t d = 0; d < mb["docs"].size(); ++d) {
+      for (const auto& p : mb.value("pairs", Json::array()))
+        add_preference_pair(&b, p["chosen"].get<std::vector<int32_t>>(), p["chosen_mask"].get<std::vector<uint8_t>>(),
+                            p["rejected"].get<std::vector<int32_t>>(), p["rejected_mask"].get<std::vector<uint8_t>>());
+      for (size_t d = 0; d < mb.value("docs", Json::array()).size(); ++d) {
         const auto ids = mb["docs"][d].get<std::vector<int32_t>>();
         if (mb.contains("masks")) {
           const auto mask = mb["masks"][d].get<std::vector<uint8_t>>();
@@ -44,7 +49,16 @@ int main(int argc, char** argv) {
       }
       micro.push_back(std::move(b));
     }
-    auto strategy = make_strategy(c.value("train_type", "seq"), c.value("label_smoothing", 0.0f));
+    StrategyOptions so;
+    so.train_type = c.value("train_type", "seq");
+    so.label_smoothing = c.value("label_smoothing", 0.0f);
+    so.dpo_beta = c.value("dpo_beta", 0.1f);
+    so.dpo_loss = c.value("dpo_loss", std::string("sigmoid"));
+    so.dpo_label_smoothing = c.value("dpo_label_smoothing", 0.0f);
+    TrainModel reference(config);
+    if (so.train_type == "dpo")
+      reference.load_weights(read_safetensors(dir + "/ref_params.safetensors"), dir + "/ref_params.safetensors");
+    auto strategy = make_strategy(so, reference);
     AdamWConfig oc;
     oc.beta1 = c.value("beta1", 0.9f);
     oc.beta2 = c.value("beta2", 0.95f);
@@ -56,11 +70,20 @@ int main(int argc, char** argv) {
 
     Json result;
     std::vector<double> losses, norms;
+    std::vector<std::vector<double>> metrics;  // per step: mean of each strategy metric
     for (size_t step = 0; step < lrs.size(); ++step) {
       model.zero_grads();
       double loss = 0.0;
-      for (const auto& b : micro)
-        loss += strategy->run(model, b, 1.0f / static_cast<float>(micro.size())).loss() / micro.size();
+      MicroStats sums;
+      for (const auto& b : micro) {
+        const MicroStats s = strategy->run(model, b, 1.0f / static_cast<float>(micro.size()));
+        loss += s.loss() / micro.size();
+        sums.num_targets += s.num_targets;
+        for (int k = 0; k < kMaxMetrics; ++k) sums.metric_sums[k] += s.metric_sums[k];
+      }
+      std::vector<double> means;
+      for (size_t k = 0; k < strategy->metrics().size(); ++k) means.push_back(sums.metric_sums[k] / sums.num_targets);
+      metrics.push_back(means);
       if (step == 0) {
         std::vector<NamedBlob> blobs;
         for (const auto& s : model.layout().specs())
@@ -73,6 +96,7 @@ int main(int argc, char** argv) {
     }
     result["losses"] = losses;
     result["grad_norms"] = norms;
+    result["metrics"] = metrics;
     write_file_atomic(dir + "/result.json", result.dump());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());

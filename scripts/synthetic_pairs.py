@@ -1,0 +1,46 @@
+#!/usr/bin/env python3
+"""Synthetic preference pairs with a rule a model can learn and apply to unseen prompts.
+
+Each prompt lists 3-6 words drawn from a fixed list; the chosen answer repeats the LAST word,
+the rejected answer names a word of the list that is not in the prompt. A policy that learns
+to prefer the chosen answers has learned to look back at the prompt (an attention skill), so
+held-out pairs (other word sequences) test generalisation, not memory.
+
+usage: synthetic_pairs.py --pairs N --seed S --output pairs.jsonl [--corpus corpus.txt]
+  --corpus also writes a text (prompts and both answers) to train a tokenizer on.
+"""
+import argparse
+import json
+import random
+
+WORDS = ("apple river stone cloud tiger lemon chair piano rocket garden window silver "
+         "forest candle bridge mirror planet honey castle ocean pepper violin marble desert").split()
+
+
+def pair(rng):
+    words = rng.sample(WORDS, rng.randint(3, 6))
+    other = rng.choice([w for w in WORDS if w not in words])
+    prompt = "Repeat the last word: " + " ".join(words) + "\nAnswer:"
+    return {"prompt": prompt, "chosen": " " + words[-1] + ".", "rejected": " " + other + "."}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--pairs", type=int, required=True)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--output", required=True)
+    ap.add_argument("--corpus")
+    a = ap.parse_args()
+    rng = random.Random(a.seed)
+    records = [pair(rng) for _ in range(a.pairs)]
+    with open(a.output, "w") as f:
+        for r in records:
+            f.write(json.dumps(r) + "\n")
+    if a.corpus:
+        with open(a.corpus, "w") as f:
+            for r in records:
+                f.write(r["prompt"] + r["chosen"] + "\n" + r["prompt"] + r["rejected"] + "\n")
+
+
+if __name__ == "__main__":
+    main()
