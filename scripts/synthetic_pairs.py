@@ -7,7 +7,10 @@ to prefer the chosen answers has learned to look back at the prompt (an attentio
 held-out pairs (other word sequences) test generalisation, not memory.
 
 usage: synthetic_pairs.py --pairs N --seed S --output pairs.jsonl [--corpus corpus.txt]
-  --corpus also writes a text (prompts and both answers) to train a tokenizer on.
+                          [--prompts prompts.jsonl]
+  --corpus also writes a text (prompts and both answers) to train a tokenizer on;
+  --prompts also writes the prompts with their answer ({"prompt", "answer"}: GRPO with the
+  exact-match reward).
 """
 import argparse
 import json
@@ -30,12 +33,17 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--output", required=True)
     ap.add_argument("--corpus")
+    ap.add_argument("--prompts")
     a = ap.parse_args()
     rng = random.Random(a.seed)
     records = [pair(rng) for _ in range(a.pairs)]
     with open(a.output, "w") as f:
         for r in records:
             f.write(json.dumps(r) + "\n")
+    if a.prompts:
+        with open(a.prompts, "w") as f:
+            for r in records:
+                f.write(json.dumps({"prompt": r["prompt"], "answer": r["chosen"].strip(" .")}) + "\n")
     if a.corpus:
         with open(a.corpus, "w") as f:
             for r in records:

@@ -1,5 +1,5 @@
-// `astrai train`: pretraining (seq), supervised fine-tuning (sft) and preference tuning (dpo)
-// on preprocessed shards.
+// `astrai train`: pretraining (seq), supervised fine-tuning (sft), preference tuning (dpo) and
+// online reinforcement learning (grpo) on preprocessed shards.
 #include <cstdio>
 
 #include "cli/command.h"
@@ -10,20 +10,21 @@ namespace {
 
 void setup_train(CLI::App& app) {
   auto opts = std::make_shared<train::TrainOptions>();
-  CLI::App* cmd = app.add_subcommand("train", "Train a model (seq: pretraining, sft: masked fine-tuning, dpo: preference pairs)");
+  CLI::App* cmd = app.add_subcommand("train", "Train a model (seq: pretraining, sft: masked fine-tuning, dpo: preference pairs, grpo: online RL)");
   // A later occurrence of an option overrides an earlier one (scripts append overrides).
   cmd->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   cmd->add_option("--train-type", opts->train_type,
                   "seq (next-token loss on every token) | sft (on response tokens) | dpo (preference pairs, "
-                  "against the starting weights as the reference policy)")
-      ->check(CLI::IsMember({"seq", "sft", "dpo"}))
+                  "against the starting weights as the reference policy) | grpo (prompts: completions generated "
+                  "by our engine on the live weights, scored by --reward)")
+      ->check(CLI::IsMember({"seq", "sft", "dpo", "grpo"}))
       ->capture_default_str();
   cmd->add_option("--data", opts->data_dir, "preprocessed dataset directory (astrai preprocess)")->required();
   cmd->add_option("--model", opts->model_dir, "start from this HF checkpoint directory");
   cmd->add_option("--config", opts->config_path, "or a fresh model from this config.json");
   cmd->add_option("--tokenizer", opts->tokenizer_dir, "tokenizer directory (vocabulary checked, copied to the output)");
   cmd->add_option("--output", opts->output_dir, "output directory (metrics, checkpoints, final weights)")->required();
-  cmd->add_option("--batch-size", opts->batch_size, "sequences (dpo: pairs) per micro-batch")->capture_default_str();
+  cmd->add_option("--batch-size", opts->batch_size, "sequences (dpo: pairs, grpo: prompts) per micro-batch")->capture_default_str();
   cmd->add_option("--seq-len", opts->seq_len, "tokens per sequence (dpo: per side of a pair, longer sides are cut)")
       ->capture_default_str();
   cmd->add_option("--grad-accum", opts->grad_accum, "micro-batches per update")->capture_default_str();
@@ -48,8 +49,29 @@ void setup_train(CLI::App& app) {
   cmd->add_option("--dpo-label-smoothing", opts->dpo_label_smoothing,
                   "dpo, sigmoid loss: assumed chance that a pair's labels are swapped (conservative DPO), in [0, 0.5)")
       ->capture_default_str();
+  cmd->add_option("--group-size", opts->group_size, "grpo: completions per prompt (advantages are normalised per group)")
+      ->capture_default_str();
+  cmd->add_option("--reward", opts->reward,
+                  "grpo: exact-match (last word of the completion == the prompt's \"answer\") | regex:PATTERN "
+                  "(1 when it matches the completion) | command:PROGRAM (JSON {prompt, completion, answer} on "
+                  "stdin, a number on stdout)")
+      ->capture_default_str();
+  cmd->add_option("--reward-timeout", opts->reward_timeout, "grpo: seconds a reward command may take")
+      ->capture_default_str();
+  cmd->add_option("--max-new-tokens", opts->max_new_tokens, "grpo: tokens a completion may have")->capture_default_str();
+  cmd->add_option("--temperature", opts->temperature, "grpo: sampling temperature of rollouts")->capture_default_str();
+  cmd->add_option("--top-p", opts->top_p, "grpo: nucleus sampling of rollouts")->capture_default_str();
+  cmd->add_option("--clip-eps", opts->clip_eps, "grpo: the policy ratio is clipped to [1 - eps, 1 + eps]")
+      ->capture_default_str();
+  cmd->add_option("--kl-coef", opts->kl_coef, "grpo: weight of the KL penalty to the reference policy (k3 estimator)")
+      ->capture_default_str();
+  cmd->add_option("--ref-sync-interval", opts->ref_sync_interval,
+                  "grpo: copy the policy into the reference every N updates (0 = the reference stays the start)")
+      ->capture_default_str();
+  cmd->add_option("--ppo-epochs", opts->ppo_epochs, "grpo: updates per batch of rollouts")->capture_default_str();
   cmd->add_option("--ckpt-interval", opts->ckpt_interval, "checkpoint every N updates (0 = at the end)");
-  cmd->add_option("--val-split", opts->val_split, "fraction of samples held out for validation");
+  cmd->add_option("--val-split", opts->val_split,
+                  "fraction of samples held out for validation (grpo: prompts, validated by their mean reward)");
   cmd->add_option("--val-interval", opts->val_interval, "validate every N updates (0 = at the end)");
   cmd->add_option("--val-batches", opts->val_batches, "micro-batches per validation")->capture_default_str();
   cmd->add_option("--seed", opts->seed, "seed of init, split and sampling")->capture_default_str();

@@ -4,6 +4,8 @@
 //             is a window, split into its packed documents.
 //   dpo:      a "preference" dataset (data/preference.h); a sample is a pair, two documents
 //             of at most --seq-len + 1 tokens each (dpo.h's pair layout).
+//   grpo:     a "prompt" dataset (data/prompts.h); a sample is a prompt, turned into
+//             --group-size completions by the inference engine (rollout.h).
 #pragma once
 
 #include <cstdint>
@@ -11,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "base/json.h"
 #include "train/train_batch.h"
 
 namespace astrai::train {
@@ -23,6 +26,14 @@ class BatchSource {
   virtual void fill(const std::vector<int64_t>& samples, TrainBatch* batch) = 0;
   // "sequences of 256 tokens", "preference pairs of up to 257 tokens a side" (log lines).
   virtual std::string sample_noun() const = 0;
+  // Adds what the fill()s since the last call measured to an update's metrics record.
+  virtual void add_metrics(Json* /*rec*/) {}
+  // The trainer applied optimizer update `version` (1-based) to the weights.
+  virtual void after_update(int64_t /*version*/) {}
+  // Sources that measure held-out samples themselves (GRPO: rewards of generated text)
+  // instead of the strategy's loss: validate() returns the val_* fields of the record.
+  virtual bool validates_itself() const { return false; }
+  virtual Json validate(const std::vector<int64_t>& /*samples*/) { return Json::object(); }
 };
 
 // Opens data_dir for train_type; a dataset of the wrong kind is an error that names the kind

@@ -2,6 +2,7 @@
 
 #include "kernels/cpu/cross_entropy_backward.h"
 #include "train/dpo.h"
+#include "train/grpo.h"
 
 namespace astrai::train {
 
@@ -55,7 +56,14 @@ std::unique_ptr<Strategy> make_strategy(const StrategyOptions& o, const TrainMod
     d.label_smoothing = o.dpo_label_smoothing;
     return std::make_unique<DpoStrategy>(d, reference);
   }
-  fail("unknown --train-type \"", o.train_type, "\" (seq, sft, dpo; grpo is not implemented yet)");
+  if (o.train_type == "grpo") {
+    GrpoOptions g;
+    g.clip_eps = o.clip_eps;
+    g.kl_coef = o.kl_coef;
+    g.ref_sync_interval = o.ref_sync_interval;
+    return std::make_unique<GrpoStrategy>(g, reference);
+  }
+  fail("unknown --train-type \"", o.train_type, "\" (seq, sft, dpo, grpo)");
 }
 
 }  // namespace astrai::train

@@ -42,6 +42,12 @@ class Strategy {
     std::string key, label;
   };
   virtual std::vector<Metric> metrics() const { return {}; }
+  // Called after optimizer update `step` (1-based) was applied to `policy`.
+  virtual void after_update(int64_t /*step*/, const TrainModel& /*policy*/) {}
+  // State a checkpoint must keep beyond the weights and the optimizer (GRPO's reference
+  // policy), written into and read from a checkpoint directory.
+  virtual void save_state(const std::string& /*dir*/) const {}
+  virtual void load_state(const std::string& /*dir*/) {}
 };
 
 // `seq`: next-token cross-entropy with label smoothing (PyTorch semantics) on every target.
@@ -72,10 +78,13 @@ struct StrategyOptions {
   float dpo_beta = 0.1f;
   std::string dpo_loss = "sigmoid";  // sigmoid | ipo
   float dpo_label_smoothing = 0.0f;  // conservative DPO: the chance a label is flipped
+  float clip_eps = 0.2f;             // grpo
+  float kl_coef = 0.01f;
+  int64_t ref_sync_interval = 0;
 };
 
 // Makes the strategy. `reference` gives the frozen reference policy's weights to strategies
-// that keep one (dpo: the strategy copies them once, here); others ignore it.
+// that keep one (dpo, grpo: the strategy copies them once, here); others ignore it.
 std::unique_ptr<Strategy> make_strategy(const StrategyOptions& options, const TrainModel& reference);
 
 // Sums gradients (and scalars) across data-parallel ranks between accumulation and the

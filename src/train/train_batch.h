@@ -17,6 +17,10 @@ struct TrainBatch {
   std::vector<int32_t> positions;
   std::vector<int32_t> targets;
   std::vector<kernels::AttnSpan> docs;
+  // GRPO only (grpo.h): each document's advantage, and the behaviour policy's log p of each
+  // row's target (empty: the policy being trained generated the batch).
+  std::vector<float> advantages;
+  std::vector<float> behaviour_logp;
 
   int64_t num_tokens() const { return static_cast<int64_t>(tokens.size()); }
   int64_t num_targets() const {

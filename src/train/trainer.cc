@@ -23,6 +23,7 @@
 #include "tokenizer/tokenizer.h"
 #include "train/batch_source.h"
 #include "train/live_model.h"
+#include "train/rollout.h"
 #include "train/optimizer.h"
 #include "train/safetensors_io.h"
 #include "train/schedule.h"
@@ -118,6 +119,13 @@ Json options_fingerprint(const TrainOptions& o) {
     j["dpo_loss"] = o.dpo_loss;
     j["dpo_label_smoothing"] = o.dpo_label_smoothing;
   }
+  if (o.train_type == "grpo") {
+    for (auto [k, v] : {std::pair<const char*, Json>{"group_size", o.group_size}, {"clip_eps", o.clip_eps},
+                        {"kl_coef", o.kl_coef}, {"ref_sync_interval", o.ref_sync_interval},
+                        {"ppo_epochs", o.ppo_epochs}, {"reward", o.reward}, {"max_new_tokens", o.max_new_tokens},
+                        {"temperature", o.temperature}, {"top_p", o.top_p}})
+      j[k] = v;
+  }
   return j;
 }
 
@@ -130,6 +138,9 @@ class Run {
   void setup_model();
   void setup_data();
   MicroStats validate();
+  int64_t val_count() const {
+    return std::min<int64_t>(static_cast<int64_t>(val_pool_.size()), o_.val_batches * o_.batch_size);
+  }
   // Adds a micro-batch's (or validation's) metrics to a metrics.jsonl record.
   void add_metrics(const MicroStats& s, const std::string& prefix, Json* rec) const;
   // One progress line for the update in `rec` (redrawn in place on a terminal).
@@ -182,13 +193,33 @@ void Run::setup_model() {
   so.dpo_beta = static_cast<float>(o_.dpo_beta);
   so.dpo_loss = o_.dpo_loss;
   so.dpo_label_smoothing = static_cast<float>(o_.dpo_label_smoothing);
+  so.clip_eps = static_cast<float>(o_.clip_eps);
+  so.kl_coef = static_cast<float>(o_.kl_coef);
+  so.ref_sync_interval = o_.ref_sync_interval;
   // DPO's reference policy: the starting weights (--model, or the seeded init of --config,
   // which a resume rebuilds identically before loading the checkpoint).
   strategy_ = make_strategy(so, *model_);
 }
 
 void Run::setup_data() {
-  source_ = open_batch_source(o_.train_type, o_.data_dir, o_.seq_len, model_->config().vocab_size);
+  if (o_.train_type == "grpo") {
+    auto shards = data::Shards::open(o_.data_dir);
+    shards.check_vocab(model_->config().vocab_size);
+    RolloutOptions ro;
+    ro.group_size = static_cast<int32_t>(o_.group_size);
+    ro.max_new_tokens = static_cast<int32_t>(o_.max_new_tokens);
+    ro.temperature = static_cast<float>(o_.temperature);
+    ro.top_p = static_cast<float>(o_.top_p);
+    ro.seed = o_.seed;
+    ro.reward = o_.reward;
+    ro.reward_timeout = o_.reward_timeout;
+    ro.behaviour_logp = o_.ppo_epochs > 1;
+    std::string tok = o_.tokenizer_dir;
+    if (tok.empty() && !o_.model_dir.empty() && file_exists(o_.model_dir + "/tokenizer.json")) tok = o_.model_dir;
+    source_ = std::make_unique<RolloutSource>(std::move(shards), *model_, tok, ro);
+  } else {
+    source_ = open_batch_source(o_.train_type, o_.data_dir, o_.seq_len, model_->config().vocab_size);
+  }
   const int64_t n = source_->size();
   std::vector<int64_t> train_pool;
   if (o_.val_split > 0) {
@@ -205,8 +236,12 @@ void Run::setup_data() {
   so.world_size = comm_.size();
   sampler_ = std::make_unique<data::Sampler>(std::move(train_pool), so);
   const int64_t per_step = o_.batch_size * o_.grad_accum;
-  const int64_t steps_per_epoch = std::max<int64_t>(1, sampler_->per_rank() / per_step);
+  // With --ppo-epochs k, each batch of rollouts is trained on for k updates.
+  const int64_t steps_per_epoch = std::max<int64_t>(1, sampler_->per_rank() / per_step) * o_.ppo_epochs;
   total_steps_ = o_.max_steps > 0 ? o_.max_steps : o_.epochs * steps_per_epoch;
+  ASTRAI_CHECK(total_steps_ % o_.ppo_epochs == 0 && o_.ckpt_interval % o_.ppo_epochs == 0,
+               "--max-steps and --ckpt-interval must be multiples of --ppo-epochs ", o_.ppo_epochs,
+               " (checkpoints fall between batches of rollouts)");
   ASTRAI_CHECK(total_steps_ > 0, "nothing to train: --epochs and --max-steps give 0 steps");
 }
 
@@ -214,7 +249,7 @@ MicroStats Run::validate() {
   MicroStats total;
   if (val_pool_.empty()) return total;
   TrainBatch b;
-  const int64_t n = std::min<int64_t>(static_cast<int64_t>(val_pool_.size()), o_.val_batches * o_.batch_size);
+  const int64_t n = val_count();
   for (int64_t i = 0; i < n; i += o_.batch_size) {
     std::vector<int64_t> idx(val_pool_.begin() + i, val_pool_.begin() + std::min(n, i + o_.batch_size));
     source_->fill(idx, &b);
@@ -245,14 +280,17 @@ void Run::print_progress(const Json& rec, double seconds_per_step, int64_t first
   std::string line = str_cat("step ", step_, "/", total_steps_, " [", bar, "] loss ", fixed(rec["loss"], 4));
   for (const auto& m : strategy_->metrics())
     if (!m.label.empty()) line += str_cat(" ", m.label, " ", fixed(rec[m.key], 3));
+  if (rec.contains("reward_mean")) line += " reward " + fixed(rec["reward_mean"], 3);
   char rates[96];
   std::snprintf(rates, sizeof rates, " lr %.2e %.0f tok/s ETA ", rec["lr"].get<double>(),
                 rec["tokens_per_s"].get<double>());
   line += rates + format_duration(seconds_per_step * static_cast<double>(total_steps_ - step_));
   if (rec.contains("val_loss")) line += " val " + fixed(rec["val_loss"], 4);
+  if (rec.contains("val_reward_mean")) line += " val reward " + fixed(rec["val_reward_mean"], 3);
   const bool last = step_ == total_steps_;
+  const bool validated = rec.contains("val_loss") || rec.contains("val_reward_mean");
   if (::isatty(2)) std::fprintf(stderr, "\r%s\033[K%s", line.c_str(), last ? "\n" : "");
-  else if (last || rec.contains("val_loss") || step_ % 10 == 0 || step_ == first_step + 1)
+  else if (last || validated || step_ % 10 == 0 || step_ == first_step + 1)
     std::fprintf(stderr, "%s\n", line.c_str());
 }
 
@@ -274,6 +312,7 @@ void Run::save_checkpoint(int64_t step) {
   state["sampler"] = sampler_->to_json();
   state["options"] = options_fingerprint(o_);
   state["total_steps"] = total_steps_;
+  strategy_->save_state(tmp.string());
   copy_tokenizer_files(o_.tokenizer_dir, tmp);
   // trainer_state.json last: a directory without it is never taken for a checkpoint.
   write_file_atomic((tmp / "trainer_state.json").string(), state.dump(2));
@@ -291,6 +330,7 @@ void Run::load_checkpoint(const std::string& dir) {
                  flag_name(it.key()), " was ", saved.value(it.key(), Json()).dump(), ", now ", it.value().dump());
   auto weights = model::read_checkpoint_tensors(dir);
   model_->load_weights(weights.tensors, dir);
+  strategy_->load_state(dir);
   auto opt = read_safetensors(dir + "/optimizer.safetensors");
   for (auto [name, buf] : {std::pair{"adamw.m", &adam_->m()}, std::pair{"adamw.v", &adam_->v()}}) {
     auto it = opt.find(name);
@@ -302,6 +342,7 @@ void Run::load_checkpoint(const std::string& dir) {
   adam_->set_step_count(state.at("adamw_step").get<int64_t>());
   sampler_->load_json(state.at("sampler"));
   step_ = state.at("step").get<int64_t>();
+  source_->after_update(step_);  // the weights are at version step_
   last_ckpt_ = dir;
 }
 
@@ -316,6 +357,9 @@ TrainResult Run::go() {
   ASTRAI_CHECK(o_.label_smoothing >= 0 && o_.label_smoothing < 1, "--label-smoothing must be in [0, 1)");
   ASTRAI_CHECK(o_.train_type != "dpo" || o_.label_smoothing == 0,
                "--label-smoothing is for seq and sft; conservative DPO takes --dpo-label-smoothing");
+  ASTRAI_CHECK(o_.train_type != "grpo" || o_.label_smoothing == 0, "--label-smoothing is for seq and sft, not grpo");
+  ASTRAI_CHECK(o_.ppo_epochs >= 1, "--ppo-epochs must be at least 1");
+  ASTRAI_CHECK(o_.train_type == "grpo" || o_.ppo_epochs == 1, "--ppo-epochs is for --train-type grpo");
   if (o_.threads > 0) set_num_threads(o_.threads);
   setup_model();
   setup_data();
@@ -357,15 +401,18 @@ TrainResult Run::go() {
   TrainResult result;
   Timer run_timer;
   const int64_t first_step = step_;
-  TrainBatch batch;
+  // One batch per micro-batch; with --ppo-epochs k a batch of rollouts serves k updates.
+  std::vector<TrainBatch> batches(static_cast<size_t>(o_.grad_accum));
   while (step_ < total_steps_) {
     Timer step_timer;
     model_->zero_grads();
     double loss = 0.0;
     int64_t tokens = 0;
     MicroStats step_stats;  // metric sums over the update's micro-batches
+    const bool fresh = step_ % o_.ppo_epochs == 0;
     for (int64_t m = 0; m < o_.grad_accum; ++m) {
-      source_->fill(sampler_->next_batch(o_.batch_size), &batch);
+      TrainBatch& batch = batches[static_cast<size_t>(m)];
+      if (fresh) source_->fill(sampler_->next_batch(o_.batch_size), &batch);
       const MicroStats s = strategy_->run(*model_, batch, 1.0f / static_cast<float>(o_.grad_accum));
       loss += s.loss() / static_cast<double>(o_.grad_accum);
       tokens += batch.num_tokens();
@@ -385,24 +432,30 @@ TrainResult Run::go() {
     }
     const double lr = learning_rate(sched_, step_);
     adam_->step(model_->params().data(), model_->grads().data(), static_cast<float>(lr));
-    ++step_;
     const double dt = step_timer.seconds();
-    Json rec{{"step", step_}, {"loss", loss}, {"lr", lr}, {"grad_norm", norm},
+    Json rec{{"step", step_ + 1}, {"loss", loss}, {"lr", lr}, {"grad_norm", norm},
              {"tokens_per_s", dt > 0 ? static_cast<double>(tokens) * comm_.size() / dt : 0.0}};
     add_metrics(step_stats, "", &rec);
-    double val = -1.0;
+    source_->add_metrics(&rec);
+    ++step_;
+    strategy_->after_update(step_, *model_);
+    source_->after_update(step_);
     const bool last = step_ == total_steps_;
     if (!val_pool_.empty() && ((o_.val_interval > 0 && step_ % o_.val_interval == 0) || last)) {
-      const MicroStats v = validate();
-      val = v.loss();
-      rec["val_loss"] = val;
-      add_metrics(v, "val_", &rec);
-      result.last_val_loss = val;
+      if (source_->validates_itself()) {
+        rec.update(source_->validate(std::vector<int64_t>(val_pool_.begin(), val_pool_.begin() + val_count())));
+      } else {
+        const MicroStats v = validate();
+        rec["val_loss"] = v.loss();
+        add_metrics(v, "val_", &rec);
+        result.last_val_loss = v.loss();
+      }
     }
     write_metrics_line(rec);
     result.last_loss = loss;
     if (o_.progress) print_progress(rec, run_timer.seconds() / static_cast<double>(step_ - first_step), first_step);
-    const bool stop = g_stop_signal.load() != 0;
+    // A stop waits for the end of the current batch of rollouts (--ppo-epochs).
+    const bool stop = g_stop_signal.load() != 0 && step_ % o_.ppo_epochs == 0;
     if (last || stop || (o_.ckpt_interval > 0 && step_ % o_.ckpt_interval == 0)) save_checkpoint(step_);
     if (stop) {
       if (::isatty(2) && o_.progress) std::fprintf(stderr, "\n");

@@ -47,6 +47,17 @@ struct TrainOptions {
   double dpo_beta = 0.1;
   std::string dpo_loss = "sigmoid";
   double dpo_label_smoothing = 0.0;
+  // grpo
+  int64_t group_size = 4;
+  double clip_eps = 0.2;
+  double kl_coef = 0.01;
+  int64_t ref_sync_interval = 0;
+  int64_t ppo_epochs = 1;
+  std::string reward = "exact-match";
+  double reward_timeout = 10.0;
+  int64_t max_new_tokens = 64;
+  double temperature = 1.0;
+  double top_p = 1.0;
   int64_t ckpt_interval = 0;  // 0: only at the end (and on signals)
   double val_split = 0.0;
   int64_t val_interval = 0;   // 0: only at the end (when val_split > 0)

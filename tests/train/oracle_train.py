@@ -13,6 +13,12 @@ loss written with torch ops from the papers' formulas (sigmoid DPO, conservative
 label smoothing, IPO on mean log-probabilities); the rewards, margin and accuracy of every
 step are checked too (absolute 1e-5 or relative 1e-4).
 
+GRPO cases (train_type "grpo"): fixed rollouts (prompt + completion documents with group
+advantages) trained on for ten updates, as --ppo-epochs does, so the policy ratio moves away
+from 1 and clipping engages; behaviour log-probabilities are the starting policy's (from torch)
+moved by random offsets, or absent (ratio 1 at the first update). Loss, every gradient, and the
+KL, clip fraction and mean ratio of every update against the formula written with torch ops.
+
 usage: oracle_train.py TOOL CONFIG_NAME [--before TOOL_OF_AN_EARLIER_BUILD]
 """
 import json
@@ -117,7 +123,33 @@ CONFIGS = {
                     use_gated_attention=True),
         label_smoothing=0.0, train_type="dpo", dpo=dict(beta=1.0, loss="sigmoid", label_smoothing=0.2),
         pairs=[(5, 2, 3), (1, 4, 1)], recompute=True),
+    # GRPO on Llama: behaviour log-probs moved off the policy's (ratios outside the clip range
+    # from the first update), KL weight 0.05, two groups of three completions.
+    "grpo_llama_clip": dict(
+        config=dict(model_type="llama", vocab_size=61, hidden_size=32, num_hidden_layers=2,
+                    num_attention_heads=4, num_key_value_heads=2, intermediate_size=48,
+                    rms_norm_eps=1e-6, rope_theta=10000.0, tie_word_embeddings=True),
+        label_smoothing=0.0, train_type="grpo", grpo=dict(clip_eps=0.2, kl_coef=0.05, behaviour=True),
+        groups=[(3, [2, 4, 3]), (2, [5, 1, 2])]),
+    # Qwen2, two micro-batches, no behaviour log-probs (the batch is on-policy: ratio 1 at the
+    # first update), strong KL, clipping of the global norm.
+    "grpo_qwen2_onpolicy": dict(
+        config=dict(model_type="qwen2", vocab_size=53, hidden_size=24, num_hidden_layers=2,
+                    num_attention_heads=3, num_key_value_heads=3, intermediate_size=40,
+                    rms_norm_eps=1e-6, rope_theta=1000000.0, tie_word_embeddings=False),
+        label_smoothing=0.0, train_type="grpo", grpo=dict(clip_eps=0.1, kl_coef=0.2, behaviour=False),
+        groups=[(4, [3, 2])], micro=2, max_grad_norm=0.5),
+    # Multi-head latent attention, no KL term, recomputation.
+    "grpo_mla_nokl": dict(
+        config=dict(model_type="autoregressive_lm", vocab_size=59, hidden_size=32, num_hidden_layers=2,
+                    num_attention_heads=4, num_key_value_heads=4, intermediate_size=40,
+                    kv_lora_rank=8, qk_nope_head_dim=6, qk_rope_head_dim=4, v_head_dim=5,
+                    rms_norm_eps=1e-6, rope_theta=10000.0, tie_word_embeddings=False, attention_bias=True),
+        label_smoothing=0.0, train_type="grpo", grpo=dict(clip_eps=0.3, kl_coef=0.0, behaviour=True),
+        groups=[(2, [3, 3, 2, 4])], recompute=True),
 }
+
+GRPO_METRICS = ["kl", "clip_fraction", "ratio"]
 
 DPO_METRICS = ["rewards_chosen", "rewards_rejected", "rewards_margin", "rewards_accuracy"]
 
@@ -352,6 +384,51 @@ def dpo_micro(c, P, Pref, mb, o):
     return torch.stack(losses).mean(), met
 
 
+def token_logps(c, P, ids):
+    lp = torch.log_softmax(forward_logits(c, P, ids[:-1]), dim=-1)
+    return lp[torch.arange(len(ids) - 1), torch.tensor(ids[1:])]
+
+
+def grpo_micro(c, P, Pref, mb, o):
+    """GRPO loss of a micro-batch (mean over completions of per-token means) and metric sums."""
+    losses, met = [], np.zeros(3)
+    row = 0
+    for comp in mb["completions"]:
+        ids, mask, adv = comp["ids"], comp["mask"], comp["advantage"]
+        lp = token_logps(c, P, ids)
+        with torch.no_grad():
+            q = token_logps(c, Pref, ids)
+        keep = torch.tensor([bool(m) for m in mask[1:]])
+        n = len(ids) - 1
+        if "behaviour_logp" in mb:
+            beh = torch.tensor(mb["behaviour_logp"][row:row + n], dtype=torch.float64)
+        else:
+            beh = lp.detach()
+        row += n
+        ratio = torch.exp(lp - beh)
+        clipped = torch.clamp(ratio, 1 - o["clip_eps"], 1 + o["clip_eps"])
+        kl = torch.exp(q - lp) - (q - lp) - 1
+        per_tok = -torch.minimum(ratio * adv, clipped * adv) + o["kl_coef"] * kl
+        losses.append(per_tok[keep].mean())
+        is_clip = ((adv > 0) & (ratio > 1 + o["clip_eps"])) | ((adv < 0) & (ratio < 1 - o["clip_eps"]))
+        met += [kl[keep].mean().item(), is_clip[keep].double().mean().item(), ratio[keep].mean().item()]
+    return torch.stack(losses).mean(), met
+
+
+def make_completions(rng, V, groups):
+    """Rollouts: per group a prompt and completions of the given lengths, advantages normalised
+    per group from random rewards (sample std, as the trainer)."""
+    out = []
+    for n_prompt, lengths in groups:
+        prompt = rng.integers(0, V, size=n_prompt).tolist()
+        rewards = rng.normal(size=len(lengths))
+        adv = (rewards - rewards.mean()) / (rewards.std(ddof=1) + 1e-4)
+        for n, a in zip(lengths, adv):
+            out.append(dict(ids=prompt + rng.integers(0, V, size=n).tolist(), mask=[0] * n_prompt + [1] * n,
+                            advantage=float(a)))
+    return out
+
+
 def make_pairs(rng, V, shapes):
     """Pairs sharing a prompt: (prompt, chosen response, rejected response) lengths."""
     pairs = []
@@ -394,8 +471,11 @@ def main():
     V = c["vocab_size"]
     nmicro = case.get("micro", 1)
     micro = []
-    dpo = case.get("dpo")
+    dpo, grpo = case.get("dpo"), case.get("grpo")
     for m in range(nmicro):
+        if grpo:
+            micro.append({"completions": make_completions(rng, V, case["groups"])})
+            continue
         if dpo:
             micro.append({"pairs": make_pairs(rng, V, case["pairs"])})
             continue
@@ -411,14 +491,27 @@ def main():
                train_type=case.get("train_type", "seq"), recompute=case.get("recompute", False))
     if dpo:
         cfg.update(dpo_beta=dpo["beta"], dpo_loss=dpo["loss"], dpo_label_smoothing=dpo["label_smoothing"])
+    if grpo:
+        cfg.update(clip_eps=grpo["clip_eps"], kl_coef=grpo["kl_coef"])
+    if dpo or grpo:
         # The reference policy: the same shapes, weights moved off the policy's.
         Pref32 = {n: t + 0.05 * torch.randn(t.shape) for n, t in P32.items()}
+    if grpo and grpo["behaviour"]:
+        # Behaviour log-probs: the starting policy's (f32 weights, in float64) moved by up to ±0.4.
+        P0 = {n: t.double() for n, t in P32.items()}
+        for mb in micro:
+            beh = []
+            for comp in mb["completions"]:
+                with torch.no_grad():
+                    lp = token_logps(c, P0, comp["ids"]).numpy()
+                beh += (lp + rng.uniform(-0.4, 0.4, size=lp.shape)).tolist()
+            mb["behaviour_logp"] = beh
 
     with tempfile.TemporaryDirectory() as d:
         json.dump(c, open(os.path.join(d, "config.json"), "w"))
         json.dump(cfg, open(os.path.join(d, "case.json"), "w"))
         write_safetensors(os.path.join(d, "params.safetensors"), P32)
-        if dpo:
+        if dpo or grpo:
             write_safetensors(os.path.join(d, "ref_params.safetensors"), Pref32)
         subprocess.run([tool, d], check=True)
         if len(sys.argv) == 5 and sys.argv[3] == "--before":
@@ -433,20 +526,25 @@ def main():
                             lr=lrs[0], betas=(0.9, 0.95), eps=1e-8)
     ok = True
     ref_losses = []
-    if dpo:
+    if dpo or grpo:
         Pref = {n: t.double() for n, t in Pref32.items()}
     for step in range(steps):
         opt.zero_grad()
-        if dpo:
-            terms = [dpo_micro(c, P, Pref, mb, dpo) for mb in micro]
+        if dpo or grpo:
+            if dpo:
+                terms = [dpo_micro(c, P, Pref, mb, dpo) for mb in micro]
+                units, names = sum(len(mb["pairs"]) for mb in micro), DPO_METRICS
+            else:
+                terms = [grpo_micro(c, P, Pref, mb, grpo) for mb in micro]
+                units, names = sum(len(mb["completions"]) for mb in micro), GRPO_METRICS
             loss = sum(t[0] for t in terms) / nmicro
-            met = sum(t[1] for t in terms) / sum(len(mb["pairs"]) for mb in micro)
+            met = sum(t[1] for t in terms) / units
             for k, (a, b) in enumerate(zip(ours["metrics"][step], met)):
                 if abs(a - b) > max(1e-5, 1e-4 * abs(b)):
                     ok = False
-                    print(f"FAIL step {step} {DPO_METRICS[k]}: ours {a:.7f} torch {b:.7f}")
+                    print(f"FAIL step {step} {names[k]}: ours {a:.7f} torch {b:.7f}")
             if step in (0, steps - 1):
-                print(f"step {step}: " + ", ".join(f"{n} {v:.5f}" for n, v in zip(DPO_METRICS, met)))
+                print(f"step {step}: " + ", ".join(f"{n} {v:.5f}" for n, v in zip(names, met)))
         else:
             loss = sum(micro_loss(c, P, mb, case["label_smoothing"]) for mb in micro) / nmicro
         loss.backward()

@@ -2,7 +2,7 @@
 // micro-batches written by the script, runs our forward/backward and AdamW steps, and writes
 // the first step's loss and every parameter gradient plus the loss of each step.
 //   train_oracle_tool DIR   (DIR/config.json, DIR/case.json, DIR/params.safetensors, and for
-//                            dpo DIR/ref_params.safetensors: the reference policy)
+//                            dpo and grpo DIR/ref_params.safetensors: the reference policy)
 #include <cstdio>
 #include <vector>
 
@@ -38,6 +38,12 @@ int main(int argc, char** argv) {
       for (const auto& p : mb.value("pairs", Json::array()))
         add_preference_pair(&b, p["chosen"].get<std::vector<int32_t>>(), p["chosen_mask"].get<std::vector<uint8_t>>(),
                             p["rejected"].get<std::vector<int32_t>>(), p["rejected_mask"].get<std::vector<uint8_t>>());
+      for (const auto& c : mb.value("completions", Json::array())) {  // grpo rollouts
+        const auto mask = c["mask"].get<std::vector<uint8_t>>();
+        b.add_document(c["ids"].get<std::vector<int32_t>>(), &mask);
+        b.advantages.push_back(c["advantage"].get<float>());
+      }
+      if (mb.contains("behaviour_logp")) b.behaviour_logp = mb["behaviour_logp"].get<std::vector<float>>();
       for (size_t d = 0; d < mb.value("docs", Json::array()).size(); ++d) {
         const auto ids = mb["docs"][d].get<std::vector<int32_t>>();
         if (mb.contains("masks")) {
@@ -55,8 +61,10 @@ int main(int argc, char** argv) {
     so.dpo_beta = c.value("dpo_beta", 0.1f);
     so.dpo_loss = c.value("dpo_loss", std::string("sigmoid"));
     so.dpo_label_smoothing = c.value("dpo_label_smoothing", 0.0f);
+    so.clip_eps = c.value("clip_eps", 0.2f);
+    so.kl_coef = c.value("kl_coef", 0.01f);
     TrainModel reference(config);
-    if (so.train_type == "dpo")
+    if (so.train_type == "dpo" || so.train_type == "grpo")
       reference.load_weights(read_safetensors(dir + "/ref_params.safetensors"), dir + "/ref_params.safetensors");
     auto strategy = make_strategy(so, reference);
     AdamWConfig oc;

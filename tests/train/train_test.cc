@@ -21,6 +21,8 @@
 #include "kernels/cpu/rope.h"
 #include "kernels/cpu/swiglu_backward.h"
 #include "model/transformer.h"
+#include "infer/backend.h"
+#include "infer/engine.h"
 #include "train/dpo.h"
 #include "train/live_model.h"
 #include "train/model.h"
@@ -429,6 +431,54 @@ TEST(TrainDpo, IdenticalSidesCancel) {
   worst = 0.0f;
   for (size_t i = 0; i < policy.grads().size(); ++i) worst = std::max(worst, std::fabs(policy.grads().data()[i]));
   EXPECT_GT(worst, 1e-4f);
+}
+
+// GRPO's policy versions: an engine on the trainer's live weights must not serve a prefix
+// whose K/V were computed before an optimizer update. After the update and the version bump
+// (what RolloutSource::after_update does), a repeated prompt hits no cache entry and its
+// log-probabilities equal a fresh engine's on the updated weights; without the bump, the
+// stale prefix is served and the log-probabilities differ (the check can fail).
+TEST(TrainGrpo, StalePrefixNotServedAfterUpdate) {
+  const auto config = model::ModelConfig::from_json(tiny_config(), "tiny");
+  TrainModel m(config);
+  m.init_weights(3, 0.2f);
+  auto live = std::make_shared<const model::Transformer>(config, live_weights(m, config));
+  infer::EngineOptions eo;
+  eo.page_size = 8;
+  eo.kv_cache_bytes = 4 << 20;
+  infer::Engine bumped(infer::make_transformer_backend(live), nullptr, eo);
+  infer::Engine stale(infer::make_transformer_backend(live), nullptr, eo);
+  infer::GenerationRequest req;
+  for (int i = 0; i < 37; ++i) req.prompt_ids.push_back((i * 7 + 3) % 50);
+  req.sampling.temperature = 0;
+  req.sampling.max_tokens = 4;
+  req.sampling.logprobs = 0;
+  for (infer::Engine* e : {&bumped, &stale}) e->submit(req).wait();
+  EXPECT_EQ(bumped.submit(req).wait().cached_prompt_tokens, 32) << "the prefix cache must work before the update";
+  stale.submit(req).wait();
+
+  // An optimizer update on the live buffer.
+  const auto noise = randn(m.params().size(), 11, 0.05f);
+  for (size_t i = 0; i < noise.size(); ++i) m.params().data()[i] += noise[i];
+  bumped.invalidate_prefix_cache(1);
+
+  std::vector<float> copy(m.params().data(), m.params().data() + m.params().size());
+  TrainModel fresh_model(config);
+  std::memcpy(fresh_model.params().data(), copy.data(), copy.size() * sizeof(float));
+  auto fresh_view = std::make_shared<const model::Transformer>(config, live_weights(fresh_model, config));
+  infer::Engine fresh(infer::make_transformer_backend(fresh_view), nullptr, eo);
+  const auto want = fresh.submit(req).wait();
+  const auto got = bumped.submit(req).wait();
+  EXPECT_EQ(got.cached_prompt_tokens, 0);
+  ASSERT_EQ(got.choices[0].token_ids, want.choices[0].token_ids);
+  for (size_t t = 0; t < want.choices[0].logprobs.size(); ++t)
+    EXPECT_EQ(got.choices[0].logprobs[t].logprob, want.choices[0].logprobs[t].logprob) << "token " << t;
+  const auto old = stale.submit(req).wait();
+  EXPECT_EQ(old.cached_prompt_tokens, 32);
+  bool differs = old.choices[0].token_ids != want.choices[0].token_ids;
+  for (size_t t = 0; !differs && t < want.choices[0].logprobs.size(); ++t)
+    differs = old.choices[0].logprobs[t].logprob != want.choices[0].logprobs[t].logprob;
+  EXPECT_TRUE(differs) << "a stale prefix should change the result (else this test proves nothing)";
 }
 
 }  // namespace
