@@ -7,10 +7,11 @@ to prefer the chosen answers has learned to look back at the prompt (an attentio
 held-out pairs (other word sequences) test generalisation, not memory.
 
 usage: synthetic_pairs.py --pairs N --seed S --output pairs.jsonl [--corpus corpus.txt]
-                          [--prompts prompts.jsonl]
+                          [--prompts prompts.jsonl] [--sft sft.jsonl]
   --corpus also writes a text (prompts and both answers) to train a tokenizer on;
   --prompts also writes the prompts with their answer ({"prompt", "answer"}: GRPO with the
-  exact-match reward).
+  exact-match reward); --sft also writes {"prompt", "response"} records with the chosen
+  answer (supervised fine-tuning on the format).
 """
 import argparse
 import json
@@ -34,6 +35,7 @@ def main():
     ap.add_argument("--output", required=True)
     ap.add_argument("--corpus")
     ap.add_argument("--prompts")
+    ap.add_argument("--sft")
     a = ap.parse_args()
     rng = random.Random(a.seed)
     records = [pair(rng) for _ in range(a.pairs)]
@@ -44,6 +46,10 @@ def main():
         with open(a.prompts, "w") as f:
             for r in records:
                 f.write(json.dumps({"prompt": r["prompt"], "answer": r["chosen"].strip(" .")}) + "\n")
+    if a.sft:
+        with open(a.sft, "w") as f:
+            for r in records:
+                f.write(json.dumps({"prompt": r["prompt"], "response": r["chosen"]}) + "\n")
     if a.corpus:
         with open(a.corpus, "w") as f:
             for r in records:

@@ -74,6 +74,8 @@ void setup_train(CLI::App& app) {
                   "fraction of samples held out for validation (grpo: prompts, validated by their mean reward)");
   cmd->add_option("--val-interval", opts->val_interval, "validate every N updates (0 = at the end)");
   cmd->add_option("--val-batches", opts->val_batches, "micro-batches per validation")->capture_default_str();
+  cmd->add_flag("--val-at-start", opts->val_at_start,
+                "also validate the starting weights (a metrics record for step 0 with only val_ fields)");
   cmd->add_option("--seed", opts->seed, "seed of init, split and sampling")->capture_default_str();
   cmd->add_option("--threads", opts->threads, "threads (0 = all cores)");
   cmd->add_flag("--resume", opts->resume, "continue from the latest checkpoint in --output");

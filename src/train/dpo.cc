@@ -48,7 +48,7 @@ DpoStrategy::DpoStrategy(const DpoOptions& options, const TrainModel& reference)
   ASTRAI_CHECK(o_.loss == DpoLoss::kSigmoid || o_.label_smoothing == 0,
                "--dpo-label-smoothing applies to the sigmoid loss only, not to ipo");
   // Forward only: recomputation mode keeps just each layer's input, the least memory.
-  reference_ = std::make_unique<TrainModel>(reference.config(), /*recompute=*/true);
+  reference_ = std::make_unique<TrainModel>(reference.config(), /*recompute=*/true, /*trainable=*/false);
   reference_->copy_parameters_from(reference);
 }
 

@@ -23,7 +23,7 @@ GrpoStrategy::GrpoStrategy(const GrpoOptions& options, const TrainModel& referen
   ASTRAI_CHECK(o_.clip_eps > 0 && o_.clip_eps < 1, "--clip-eps must be in (0, 1) (got ", o_.clip_eps, ")");
   ASTRAI_CHECK(o_.kl_coef >= 0 && std::isfinite(o_.kl_coef), "--kl-coef must be >= 0 (got ", o_.kl_coef, ")");
   ASTRAI_CHECK(o_.ref_sync_interval >= 0, "--ref-sync-interval must be >= 0");
-  reference_ = std::make_unique<TrainModel>(reference.config(), /*recompute=*/true);
+  reference_ = std::make_unique<TrainModel>(reference.config(), /*recompute=*/true, /*trainable=*/false);
   reference_->copy_parameters_from(reference);
 }
 

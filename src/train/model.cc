@@ -52,11 +52,16 @@ void bind_layer_acts(const model::ModelConfig& c, int64_t T, model::LayerActs& A
 
 }  // namespace
 
-TrainModel::TrainModel(const model::ModelConfig& config, bool recompute)
-    : cfg_(config), recompute_(recompute), layout_(cfg_), params_(layout_.total()), grads_(layout_.total()) {
+TrainModel::TrainModel(const model::ModelConfig& config, bool recompute, bool trainable)
+    : cfg_(config),
+      recompute_(recompute),
+      trainable_(trainable),
+      layout_(cfg_),
+      params_(layout_.total()),
+      grads_(trainable ? layout_.total() : 0) {
   cfg_.validate("model config");
   p_ = bind_tensors(cfg_, layout_, params_.data());
-  g_ = bind_tensors(cfg_, layout_, grads_.data());
+  if (trainable_) g_ = bind_tensors(cfg_, layout_, grads_.data());
   view_ = model::map_params<backend::Weight>(cfg_, p_, [](const model::ParamInfo& info, float* p) {
     return backend::Weight{p, DType::kF32, info.shape[0], info.shape.size() > 1 ? info.shape[1] : 1};
   });
@@ -212,6 +217,7 @@ float* TrainModel::forward(const TrainBatch& batch) {
 }
 
 void TrainModel::backward(const TrainBatch& batch, float* dlogits) {
+  ASTRAI_CHECK(trainable_, "backward on a frozen model (built with trainable = false)");
   const int64_t T = batch.num_tokens(), D = cfg_.hidden_size, layers = cfg_.num_hidden_layers;
   ASTRAI_CHECK(T <= capacity_, "backward without a matching forward");
   model::ForwardClock clock(profile_);

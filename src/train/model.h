@@ -23,7 +23,9 @@ namespace astrai::train {
 
 class TrainModel {
  public:
-  explicit TrainModel(const model::ModelConfig& config, bool recompute = false);
+  // trainable = false: a frozen model (reference policies) with no gradient buffer; forward
+  // only.
+  explicit TrainModel(const model::ModelConfig& config, bool recompute = false, bool trainable = true);
   TrainModel(const TrainModel&) = delete;
   TrainModel& operator=(const TrainModel&) = delete;
 
@@ -61,6 +63,7 @@ class TrainModel {
   const backend::Ops& ops_ = backend::ops_for(Device::kCpu);
   model::ModelConfig cfg_;
   bool recompute_;
+  bool trainable_;
   ParamLayout layout_;
   FloatBuffer params_, grads_;
   ModelTensors p_, g_;

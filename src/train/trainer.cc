@@ -84,7 +84,8 @@ void copy_tokenizer_files(const std::string& tokenizer_dir, const fs::path& dst)
   std::error_code ec;
   const fs::path src = fs::is_directory(tokenizer_dir) ? fs::path(tokenizer_dir) : fs::path(tokenizer_dir).parent_path();
   for (const char* f : {"tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "special_tokens_map.json"}) {
-    if (fs::exists(src / f)) fs::copy_file(src / f, dst / f, fs::copy_options::overwrite_existing, ec);
+    if (!fs::exists(src / f) || (fs::exists(dst / f) && fs::equivalent(src / f, dst / f))) continue;
+    fs::copy_file(src / f, dst / f, fs::copy_options::overwrite_existing, ec);
     ASTRAI_CHECK(!ec, "cannot copy ", (src / f).string(), " to ", dst.string(), ": ", ec.message());
   }
 }
@@ -138,6 +139,8 @@ class Run {
   void setup_model();
   void setup_data();
   MicroStats validate();
+  // {"step", val_loss or the source's val_* fields}.
+  Json validation_record();
   int64_t val_count() const {
     return std::min<int64_t>(static_cast<int64_t>(val_pool_.size()), o_.val_batches * o_.batch_size);
   }
@@ -162,6 +165,7 @@ class Run {
   int64_t step_ = 0;
   int64_t total_steps_ = 0;
   std::string last_ckpt_;
+  std::string tokenizer_dir_;  // --tokenizer, or the --model directory when it holds one
 };
 
 void Run::setup_model() {
@@ -175,9 +179,13 @@ void Run::setup_model() {
   } else {
     model_->init_weights(o_.seed, static_cast<float>(o_.init_std));
   }
-  if (!o_.tokenizer_dir.empty()) {
-    const auto tok = tokenizer::Tokenizer::load(o_.tokenizer_dir);
-    ASTRAI_CHECK(static_cast<int64_t>(tok.vocab_size()) <= config_.vocab_size, "the tokenizer at ", o_.tokenizer_dir,
+  // The tokenizer: --tokenizer, else the one a --model directory holds (fine-tuning keeps it).
+  tokenizer_dir_ = o_.tokenizer_dir;
+  if (tokenizer_dir_.empty() && !o_.model_dir.empty() && file_exists(o_.model_dir + "/tokenizer.json"))
+    tokenizer_dir_ = o_.model_dir;
+  if (!tokenizer_dir_.empty()) {
+    const auto tok = tokenizer::Tokenizer::load(tokenizer_dir_);
+    ASTRAI_CHECK(static_cast<int64_t>(tok.vocab_size()) <= config_.vocab_size, "the tokenizer at ", tokenizer_dir_,
                  " has ", tok.vocab_size(), " tokens but the model's vocab_size is ", config_.vocab_size,
                  ": tokenizer and model do not match");
   }
@@ -214,9 +222,7 @@ void Run::setup_data() {
     ro.reward = o_.reward;
     ro.reward_timeout = o_.reward_timeout;
     ro.behaviour_logp = o_.ppo_epochs > 1;
-    std::string tok = o_.tokenizer_dir;
-    if (tok.empty() && !o_.model_dir.empty() && file_exists(o_.model_dir + "/tokenizer.json")) tok = o_.model_dir;
-    source_ = std::make_unique<RolloutSource>(std::move(shards), *model_, tok, ro);
+    source_ = std::make_unique<RolloutSource>(std::move(shards), *model_, tokenizer_dir_, ro);
   } else {
     source_ = open_batch_source(o_.train_type, o_.data_dir, o_.seq_len, model_->config().vocab_size);
   }
@@ -267,6 +273,18 @@ MicroStats Run::validate() {
   return total;
 }
 
+Json Run::validation_record() {
+  Json rec{{"step", step_}};
+  if (source_->validates_itself()) {
+    rec.update(source_->validate(std::vector<int64_t>(val_pool_.begin(), val_pool_.begin() + val_count())));
+  } else {
+    const MicroStats v = validate();
+    rec["val_loss"] = v.loss();
+    add_metrics(v, "val_", &rec);
+  }
+  return rec;
+}
+
 void Run::add_metrics(const MicroStats& s, const std::string& prefix, Json* rec) const {
   const auto metrics = strategy_->metrics();
   for (size_t k = 0; k < metrics.size(); ++k)
@@ -313,7 +331,7 @@ void Run::save_checkpoint(int64_t step) {
   state["options"] = options_fingerprint(o_);
   state["total_steps"] = total_steps_;
   strategy_->save_state(tmp.string());
-  copy_tokenizer_files(o_.tokenizer_dir, tmp);
+  copy_tokenizer_files(tokenizer_dir_, tmp);
   // trainer_state.json last: a directory without it is never taken for a checkpoint.
   write_file_atomic((tmp / "trainer_state.json").string(), state.dump(2));
   if (fs::exists(final_dir)) fs::remove_all(final_dir);
@@ -399,6 +417,7 @@ TrainResult Run::go() {
 
   SignalGuard signals;
   TrainResult result;
+  if (o_.val_at_start && step_ == 0 && !val_pool_.empty()) write_metrics_line(validation_record());
   Timer run_timer;
   const int64_t first_step = step_;
   // One batch per micro-batch; with --ppo-epochs k a batch of rollouts serves k updates.
@@ -434,7 +453,7 @@ TrainResult Run::go() {
     adam_->step(model_->params().data(), model_->grads().data(), static_cast<float>(lr));
     const double dt = step_timer.seconds();
     Json rec{{"step", step_ + 1}, {"loss", loss}, {"lr", lr}, {"grad_norm", norm},
-             {"tokens_per_s", dt > 0 ? static_cast<double>(tokens) * comm_.size() / dt : 0.0}};
+             {"tokens_per_s", dt > 0 ? static_cast<double>(tokens) * comm_.size() / dt : 0.0}, {"step_seconds", dt}};
     add_metrics(step_stats, "", &rec);
     source_->add_metrics(&rec);
     ++step_;
@@ -442,14 +461,8 @@ TrainResult Run::go() {
     source_->after_update(step_);
     const bool last = step_ == total_steps_;
     if (!val_pool_.empty() && ((o_.val_interval > 0 && step_ % o_.val_interval == 0) || last)) {
-      if (source_->validates_itself()) {
-        rec.update(source_->validate(std::vector<int64_t>(val_pool_.begin(), val_pool_.begin() + val_count())));
-      } else {
-        const MicroStats v = validate();
-        rec["val_loss"] = v.loss();
-        add_metrics(v, "val_", &rec);
-        result.last_val_loss = v.loss();
-      }
+      rec.update(validation_record());
+      if (rec.contains("val_loss")) result.last_val_loss = rec["val_loss"].get<double>();
     }
     write_metrics_line(rec);
     result.last_loss = loss;
@@ -468,7 +481,7 @@ TrainResult Run::go() {
   if (!result.interrupted) {
     if (step_ == first_step && !last_ckpt_.empty()) log_info("nothing to do: ", last_ckpt_, " is at step ", step_);
     save_hf_weights(o_.output_dir, *model_, config_);
-    copy_tokenizer_files(o_.tokenizer_dir, o_.output_dir);
+    copy_tokenizer_files(tokenizer_dir_, o_.output_dir);
   }
   result.steps_done = step_;
   result.last_checkpoint = last_ckpt_;

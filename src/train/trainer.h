@@ -9,7 +9,9 @@
 // Output directory:
 //   metrics.jsonl                    one record per update: step, loss, lr, grad_norm,
 //                                    tokens_per_s, the strategy's metrics (dpo: rewards_*)
-//                                    (+ val_loss and val_<metric> when validated)
+//                                    (+ val_loss and val_<metric> when validated; grpo:
+//                                    val_reward_mean); --val-at-start adds a step-0 record
+//                                    with only the validation fields
 //   checkpoints/step-00000042/       config.json, model.safetensors (HF layout, f32),
 //                                    optimizer.safetensors (AdamW m, v), trainer_state.json,
 //                                    tokenizer files; written under a temporary name, renamed
@@ -62,6 +64,7 @@ struct TrainOptions {
   double val_split = 0.0;
   int64_t val_interval = 0;   // 0: only at the end (when val_split > 0)
   int64_t val_batches = 16;   // micro-batches per validation
+  bool val_at_start = false;  // also validate the starting weights (a step-0 record)
   uint64_t seed = 42;
   int threads = 0;
   bool resume = false;

@@ -23,7 +23,7 @@ import tempfile
 
 ASTRAI, PAIRS = sys.argv[1], sys.argv[2]
 failures = []
-TIMING = ("tokens_per_s", "rollout_tokens_per_s", "rollout_seconds")
+TIMING = ("tokens_per_s", "step_seconds", "rollout_tokens_per_s", "rollout_seconds")
 
 
 def check(cond, what):

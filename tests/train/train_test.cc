@@ -24,6 +24,7 @@
 #include "infer/backend.h"
 #include "infer/engine.h"
 #include "train/dpo.h"
+#include "train/rewards.h"
 #include "train/live_model.h"
 #include "train/model.h"
 #include "train/optimizer.h"
@@ -431,6 +432,34 @@ TEST(TrainDpo, IdenticalSidesCancel) {
   worst = 0.0f;
   for (size_t i = 0; i < policy.grads().size(); ++i) worst = std::max(worst, std::fabs(policy.grads().data()[i]));
   EXPECT_GT(worst, 1e-4f);
+}
+
+TEST(TrainRewards, ExactMatchRegexCommand) {
+  EXPECT_EQ(final_answer(" The answer is 42."), "42");
+  EXPECT_EQ(final_answer("  cloud.\n"), "cloud");
+  EXPECT_EQ(final_answer("(x)"), "x");
+  EXPECT_EQ(final_answer(""), "");
+  const auto em = make_reward("exact-match", 1.0);
+  EXPECT_TRUE(em->needs_answer());
+  EXPECT_EQ(em->score({"p", " so it is 4.0.", "4"}), 1.0);
+  EXPECT_EQ(em->score({"p", " tiger.", " tiger\n"}), 1.0);
+  EXPECT_EQ(em->score({"p", " tiger.", "lemon"}), 0.0);
+  EXPECT_EQ(em->score({"p", "", "lemon"}), 0.0);
+  const auto re = make_reward("regex:^ [a-z]+\\.$", 1.0);
+  EXPECT_EQ(re->score({"p", " tiger.", ""}), 1.0);
+  EXPECT_EQ(re->score({"p", " Tiger.", ""}), 0.0);
+  EXPECT_THROW(make_reward("regex:(", 1.0), Error);
+  EXPECT_THROW(make_reward("bleu", 1.0), Error);
+  // The command sees the JSON record on stdin (here: counts its bytes) and prints a number.
+  const auto cmd = make_reward("command:wc -c", 5.0);
+  EXPECT_EQ(cmd->score({"a", "b", "c"}), 45.0);  // {"answer":"c","completion":"b","prompt":"a"}\n
+  EXPECT_THROW(make_reward("command:exit 2", 5.0)->score({"a", "b", "c"}), Error);
+  EXPECT_THROW(make_reward("command:echo nan", 5.0)->score({"a", "b", "c"}), Error);
+  EXPECT_THROW(make_reward("command:sleep 3", 0.2)->score({"a", "b", "c"}), Error);
+  // A child that never reads its (large) input and exits: no SIGPIPE death, a clear error.
+  RewardInput big{"p", std::string(1 << 20, 'x'), ""};
+  EXPECT_THROW(make_reward("command:exit 1", 5.0)->score(big), Error);
+  EXPECT_EQ(make_reward("command:cat > /dev/null; echo 0.5", 5.0)->score(big), 0.5);
 }
 
 // GRPO's policy versions: an engine on the trainer's live weights must not serve a prefix
