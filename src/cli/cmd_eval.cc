@@ -133,7 +133,8 @@ void setup_perplexity(CLI::App* eval) {
   CLI::App* cmd = eval->add_subcommand(
       "perplexity",
       "Perplexity of a text file or token dataset with a sliding window: windows of --context tokens every "
-      "--stride tokens, each scoring only the tokens no earlier window scored; per token and per UTF-8 byte");
+      "--stride tokens, each scoring only the tokens no earlier window scored; per token and per UTF-8 byte (the "
+      "bytes the scored tokens decode to, special tokens skipped)");
   cmd->add_option("--model", o->model, "Model directory (config.json, safetensors, tokenizer.json)")->required();
   cmd->add_option("--data", o->data,
                   "A text file (encoded whole with the model's tokenizer, special tokens added as by default: a BOS "
@@ -141,7 +142,8 @@ void setup_perplexity(CLI::App* eval) {
                   "one stream; not padded, i.e. --packing none)")
       ->required();
   cmd->add_option("--context", o->context,
-                  "Tokens per window, at least 2 (default: 1024, or the model's context less one if shorter)");
+                  "Tokens per window, at least 2 (default: 1024, or less when the engine scores less: the model's context "
+                  "or the KV cache, less the one token the engine computes past a prompt)");
   cmd->add_option("--stride", o->stride,
                   "Tokens between window starts, 1 to --context (default: half the context); with --stride equal to "
                   "--context the windows do not overlap and each window's first token is not scored");
@@ -159,12 +161,12 @@ void setup_tasks(CLI::App* eval) {
       "Multiple-choice log-likelihood tasks from JSONL ({\"question\", \"choices\", \"answer\"} per line): each "
       "choice scored as the sum of log p(choice tokens | question); acc and acc_norm (sum per UTF-8 byte of the "
       "choice). Trailing whitespace of the question moves to the front of each choice before tokenizing, as "
-      "lm-evaluation-harness does; no space is added");
+      "lm-evaluation-harness does; no space is added. The engine options below apply with --model");
   cmd->add_option("--tasks", o->tasks, "JSONL file of questions")->required();
   cmd->add_option("--model", o->model, "Score locally with this model directory (needs tokenizer.json)");
   cmd->add_option("--url", o->url,
-                  "Score over an OpenAI-compatible server instead: http://HOST:PORT (posts to /v1/completions) or the "
-                  "full endpoint URL; the server tokenizes");
+                  "Score over an OpenAI-compatible server instead: http://HOST:PORT or a base URL ending in /v1 (posts "
+                  "to .../v1/completions), or the endpoint's full URL; the server tokenizes");
   cmd->add_option("--api-key", o->api.api_key, "With --url: sent as \"Authorization: Bearer KEY\"");
   cmd->add_option("--parallel", o->api.parallel, "With --url: requests in flight")->capture_default_str();
   cmd->add_option("--timeout", o->api.timeout_seconds, "With --url: seconds to wait for each response")

@@ -22,11 +22,20 @@ struct Job {
   int64_t choice = -1;
 };
 
+// "/" and a base URL ending in /v1 (as OpenAI clients take it) get /v1/completions appended;
+// any other path is the endpoint itself.
+std::string completions_path(std::string path) {
+  if (path == "/") return "/v1/completions";
+  while (path.size() > 1 && path.back() == '/') path.pop_back();
+  if (path.size() >= 3 && path.compare(path.size() - 3, 3, "/v1") == 0) return path + "/completions";
+  return path;
+}
+
 class ApiChoiceScorer : public ChoiceScorer {
  public:
   explicit ApiChoiceScorer(const ApiOptions& o) : options_(o), url_(parse_http_url(o.url)) {
     ASTRAI_CHECK(o.parallel >= 1, "--parallel must be at least 1, got ", o.parallel);
-    path_ = url_.path == "/" ? "/v1/completions" : url_.path;
+    path_ = completions_path(url_.path);
     if (!o.api_key.empty()) headers_.emplace_back("Authorization", "Bearer " + o.api_key);
   }
 

