@@ -49,9 +49,9 @@ struct PerplexityOptions {
 
 void run_perplexity(const PerplexityOptions& o) {
   const Timer timer;
-  const auto engine = load_engine(o.model, o.engine);
   ASTRAI_CHECK(file_exists(o.model + "/tokenizer.json"), "--model ", o.model,
                ": no tokenizer.json (perplexity decodes tokens to count bytes and encodes text files)");
+  const auto engine = load_engine(o.model, o.engine);
   const int64_t limit = eval::max_scored_length(*engine);
   const int64_t context = o.context != -1 ? o.context : std::min<int64_t>(1024, limit);
   const int64_t stride = o.stride != -1 ? o.stride : std::max<int64_t>(1, context / 2);
@@ -87,8 +87,12 @@ void run_perplexity(const PerplexityOptions& o) {
   std::printf("nll/token        %.6f\n", r.nll_per_token());
   std::printf("perplexity       %.4f\n", r.perplexity());
   std::printf("scored bytes     %lld\n", (long long)r.scored_bytes);
-  std::printf("bits/byte        %.6f\n", r.bits_per_byte());
-  std::printf("byte perplexity  %.6f\n", r.byte_perplexity());
+  if (r.scored_bytes > 0) {
+    std::printf("bits/byte        %.6f\n", r.bits_per_byte());
+    std::printf("byte perplexity  %.6f\n", r.byte_perplexity());
+  } else {
+    std::printf("bits/byte        - (the scored tokens decode to no text)\n");
+  }
   std::printf("time             %.2f s\n", r.seconds);
 }
 
@@ -112,8 +116,8 @@ void run_tasks(const TasksOptions& o) {
     api.url = o.url;
     scores = eval::make_api_choice_scorer(api)->score(questions, std::ref(progress));
   } else {
-    const auto engine = load_engine(o.model, o.engine);
     ASTRAI_CHECK(file_exists(o.model + "/tokenizer.json"), "--model ", o.model, ": no tokenizer.json to encode the tasks");
+    const auto engine = load_engine(o.model, o.engine);
     scores = eval::make_engine_choice_scorer(*engine)->score(questions, std::ref(progress));
   }
   eval::TaskResult r = eval::summarize_tasks(questions, scores);

@@ -51,8 +51,8 @@ Json PerplexityResult::to_json() const {
               {"nll", nll},
               {"nll_per_token", nll_per_token()},
               {"perplexity", perplexity()},
-              {"bits_per_byte", bits_per_byte()},
-              {"byte_perplexity", byte_perplexity()},
+              {"bits_per_byte", scored_bytes > 0 ? Json(bits_per_byte()) : Json(nullptr)},
+              {"byte_perplexity", scored_bytes > 0 ? Json(byte_perplexity()) : Json(nullptr)},
               {"seconds", seconds}};
 }
 

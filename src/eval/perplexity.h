@@ -37,9 +37,9 @@ struct PerplexityResult {
 
   double nll_per_token() const;
   double perplexity() const;      // exp(nll / scored_tokens)
-  double bits_per_byte() const;   // nll / ln 2 / scored_bytes
-  double byte_perplexity() const; // exp(nll / scored_bytes) = 2^bits_per_byte
-  Json to_json() const;
+  double bits_per_byte() const;   // nll / ln 2 / scored_bytes (0 without bytes)
+  double byte_perplexity() const; // exp(nll / scored_bytes) = 2^bits_per_byte (0 without bytes)
+  Json to_json() const;           // the per-byte figures null when no scored token is text
 };
 
 }  // namespace astrai::eval

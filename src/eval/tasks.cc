@@ -20,8 +20,13 @@ Question parse_question(const std::string& text, const std::string& where) {
   q.question = json_required<std::string>(j, "question", where);
   ASTRAI_CHECK(q.question.find_first_not_of(" \t\n\r\v\f") != std::string::npos, where,
                ": \"question\" is empty: there is nothing to condition the choices on");
-  q.choices = json_required<std::vector<std::string>>(j, "choices", where);
-  ASTRAI_CHECK(!q.choices.empty(), where, ": \"choices\" is empty");
+  const auto choices = j.find("choices");
+  ASTRAI_CHECK(choices != j.end() && choices->is_array(), where, ": \"choices\" must be a list of strings");
+  ASTRAI_CHECK(!choices->empty(), where, ": \"choices\" is empty");
+  for (const Json& c : *choices) {
+    ASTRAI_CHECK(c.is_string(), where, ": \"choices\" must be a list of strings, not ", c.dump());
+    q.choices.push_back(c.get<std::string>());
+  }
   for (size_t c = 0; c < q.choices.size(); ++c)
     ASTRAI_CHECK(!q.choices[c].empty(), where, ": choice ", c, " is an empty string");
   const auto it = j.find("answer");

@@ -83,6 +83,10 @@ TEST(PerplexityResult, Metrics) {
   EXPECT_DOUBLE_EQ(r.bits_per_byte(), 0.5 / std::log(2.0));
   EXPECT_DOUBLE_EQ(r.byte_perplexity(), std::exp(0.5));
   EXPECT_NEAR(std::pow(2.0, r.bits_per_byte()), r.byte_perplexity(), 1e-12);
+  EXPECT_DOUBLE_EQ(r.to_json()["perplexity"].get<double>(), std::exp(2.0));
+  r.scored_bytes = 0;  // e.g. only special tokens scored: no per-byte figures
+  EXPECT_TRUE(r.to_json()["bits_per_byte"].is_null());
+  EXPECT_TRUE(r.to_json()["byte_perplexity"].is_null());
 }
 
 TEST(Tasks, TrailingWhitespaceMovesToTheContinuation) {
@@ -132,6 +136,11 @@ TEST(Tasks, MalformedRecordsNameTheLine) {
   EXPECT_NE(error_of("{\"question\": \"q\", \"choices\": [], \"answer\": 0}\n").find(":1: \"choices\" is empty"),
             std::string::npos);
   EXPECT_NE(error_of("{\"question\": \"q\", \"choices\": [\"a\", \"\"], \"answer\": 0}\n").find("choice 1 is an empty string"),
+            std::string::npos);
+  EXPECT_NE(error_of("{\"question\": \"q\", \"choices\": [\"a\", 2], \"answer\": 0}\n")
+                .find(":1: \"choices\" must be a list of strings, not 2"),
+            std::string::npos);
+  EXPECT_NE(error_of("{\"question\": \"q\", \"choices\": \"a\", \"answer\": 0}\n").find("must be a list of strings"),
             std::string::npos);
   EXPECT_NE(error_of("{\"question\": \"q\", \"choices\": [\"a\"]}\n").find("\"answer\" must be an integer"),
             std::string::npos);
