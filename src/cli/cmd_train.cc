@@ -25,7 +25,7 @@ void setup_train(CLI::App& app) {
   cmd->add_option("--tokenizer", opts->tokenizer_dir, "tokenizer directory (vocabulary checked, copied to the output)");
   cmd->add_option("--output", opts->output_dir, "output directory (metrics, checkpoints, final weights)")->required();
   cmd->add_option("--batch-size", opts->batch_size, "sequences (dpo: pairs, grpo: prompts) per micro-batch")->capture_default_str();
-  cmd->add_option("--seq-len", opts->seq_len, "tokens per sequence (dpo: per side of a pair, longer sides are cut)")
+  cmd->add_option("--seq-len", opts->seq_len, "tokens per sequence (dpo: per side of a pair, longer sides are cut; grpo: unused)")
       ->capture_default_str();
   cmd->add_option("--grad-accum", opts->grad_accum, "micro-batches per update")->capture_default_str();
   cmd->add_option("--max-lr", opts->max_lr, "peak learning rate")->capture_default_str();

@@ -74,10 +74,7 @@ void DpoStrategy::document_scores(const TrainBatch& batch, const float* logp, st
 
 void DpoStrategy::score_reference(const TrainBatch& batch) {
   ASTRAI_CHECK(batch.docs.size() % 2 == 0 && !batch.docs.empty(), "DPO: a batch holds (chosen, rejected) pairs");
-  const int64_t T = batch.num_tokens(), V = reference_->config().vocab_size;
-  const float* logits = reference_->forward(batch);
-  logp_.resize(static_cast<size_t>(T));
-  kernels::token_logprobs(logits, batch.targets.data(), T, V, logp_.data());
+  target_logprobs(*reference_, batch, &logp_);
   document_scores(batch, logp_.data(), &reference_scores_);
 }
 
@@ -119,11 +116,9 @@ MicroStats DpoStrategy::pair_losses(const TrainBatch& batch, const float* logits
 MicroStats DpoStrategy::run(TrainModel& policy, const TrainBatch& batch, float grad_scale) {
   // The reference's scores first: the policy's logits must survive until its backward.
   score_reference(batch);
-  const int64_t T = batch.num_tokens(), V = policy.config().vocab_size;
   float* logits = policy.forward(batch);
-  const MicroStats s = pair_losses(batch, logits, V, /*with_grad=*/true, grad_scale);
-  kernels::token_logprobs_backward(logits, batch.targets.data(), dlogp_.data(), T, V, logits);
-  policy.backward(batch, logits);
+  const MicroStats s = pair_losses(batch, logits, policy.config().vocab_size, /*with_grad=*/true, grad_scale);
+  backward_through_logprobs(policy, batch, logits, dlogp_);
   return s;
 }
 

@@ -77,21 +77,16 @@ MicroStats GrpoStrategy::losses(const TrainBatch& batch, const float* logits, in
 }
 
 MicroStats GrpoStrategy::run(TrainModel& policy, const TrainBatch& batch, float grad_scale) {
-  const int64_t T = batch.num_tokens(), V = policy.config().vocab_size;
-  ref_logp_.resize(static_cast<size_t>(T));
-  kernels::token_logprobs(reference_->forward(batch), batch.targets.data(), T, V, ref_logp_.data());
+  target_logprobs(*reference_, batch, &ref_logp_);  // before the policy's logits, which must survive
   float* logits = policy.forward(batch);
-  const MicroStats s = losses(batch, logits, V, /*with_grad=*/true, grad_scale);
-  kernels::token_logprobs_backward(logits, batch.targets.data(), dlogp_.data(), T, V, logits);
-  policy.backward(batch, logits);
+  const MicroStats s = losses(batch, logits, policy.config().vocab_size, /*with_grad=*/true, grad_scale);
+  backward_through_logprobs(policy, batch, logits, dlogp_);
   return s;
 }
 
 MicroStats GrpoStrategy::evaluate(TrainModel& policy, const TrainBatch& batch) {
-  const int64_t T = batch.num_tokens(), V = policy.config().vocab_size;
-  ref_logp_.resize(static_cast<size_t>(T));
-  kernels::token_logprobs(reference_->forward(batch), batch.targets.data(), T, V, ref_logp_.data());
-  return losses(batch, policy.forward(batch), V, /*with_grad=*/false, 0.0f);
+  target_logprobs(*reference_, batch, &ref_logp_);
+  return losses(batch, policy.forward(batch), policy.config().vocab_size, /*with_grad=*/false, 0.0f);
 }
 
 void GrpoStrategy::after_update(int64_t step, const TrainModel& policy) {

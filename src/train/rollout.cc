@@ -6,11 +6,11 @@
 #include "base/rng.h"
 #include "base/timer.h"
 #include "infer/engine.h"
-#include "kernels/cpu/cross_entropy_backward.h"
 #include "model/transformer.h"
 #include "tokenizer/tokenizer.h"
 #include "train/live_model.h"
 #include "train/rewards.h"
+#include "train/strategy.h"
 
 namespace astrai::train {
 
@@ -117,12 +117,7 @@ void RolloutSource::fill(const std::vector<int64_t>& samples, TrainBatch* b) {
       ++completions_;
     }
   }
-  if (o_.behaviour_logp) {
-    const int64_t T = b->num_tokens();
-    b->behaviour_logp.resize(static_cast<size_t>(T));
-    kernels::token_logprobs(policy_.forward(*b), b->targets.data(), T, policy_.config().vocab_size,
-                            b->behaviour_logp.data());
-  }
+  if (o_.behaviour_logp) target_logprobs(policy_, *b, &b->behaviour_logp);
 }
 
 void RolloutSource::add_metrics(Json* rec) {

@@ -32,11 +32,23 @@ MicroStats CrossEntropyStrategy::evaluate(TrainModel& policy, const TrainBatch& 
   return s;
 }
 
+void target_logprobs(TrainModel& model, const TrainBatch& batch, std::vector<float>* out) {
+  const int64_t T = batch.num_tokens();
+  out->resize(static_cast<size_t>(T));
+  kernels::token_logprobs(model.forward(batch), batch.targets.data(), T, model.config().vocab_size, out->data());
+}
+
+void backward_through_logprobs(TrainModel& model, const TrainBatch& batch, float* logits, const std::vector<float>& dlogp) {
+  const int64_t T = batch.num_tokens();
+  ASTRAI_CHECK(static_cast<int64_t>(dlogp.size()) == T, "backward_through_logprobs: ", dlogp.size(), " gradients for ",
+               T, " rows");
+  kernels::token_logprobs_backward(logits, batch.targets.data(), dlogp.data(), T, model.config().vocab_size, logits);
+  model.backward(batch, logits);
+}
+
 std::vector<double> sequence_logprobs(TrainModel& model, const TrainBatch& batch) {
-  const int64_t T = batch.num_tokens(), V = model.config().vocab_size;
-  const float* logits = model.forward(batch);
-  std::vector<float> lp(static_cast<size_t>(T));
-  kernels::token_logprobs(logits, batch.targets.data(), T, V, lp.data());
+  std::vector<float> lp;
+  target_logprobs(model, batch, &lp);
   std::vector<double> out;
   for (const auto& d : batch.docs) {
     double s = 0.0;

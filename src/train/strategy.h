@@ -71,6 +71,15 @@ class CrossEntropyStrategy final : public Strategy {
 // log-probability DPO and GRPO are built on. Runs a forward only.
 std::vector<double> sequence_logprobs(TrainModel& model, const TrainBatch& batch);
 
+// log p of each row's target under `model` into *out (0 where the row has no target); one
+// forward. Reference policies and GRPO's behaviour policy score batches with it.
+void target_logprobs(TrainModel& model, const TrainBatch& batch, std::vector<float>* out);
+
+// Losses built on per-token log-probabilities: given d(loss)/d(log p_t) for every row, turns
+// `logits` (the policy's forward output, overwritten) into dlogits and runs the backward,
+// accumulating into model.grads().
+void backward_through_logprobs(TrainModel& model, const TrainBatch& batch, float* logits, const std::vector<float>& dlogp);
+
 // What --train-type and its flags choose.
 struct StrategyOptions {
   std::string train_type = "seq";

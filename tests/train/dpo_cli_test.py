@@ -16,27 +16,13 @@ import json
 import math
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cli_checks import check, finish, metrics, run, without_timing  # noqa: E402
+
 ASTRAI, PAIRS = sys.argv[1], sys.argv[2]
-failures = []
-
-
-def check(cond, what):
-    print(("ok   " if cond else "FAIL ") + what)
-    if not cond:
-        failures.append(what)
-
-
-def run(args):
-    return subprocess.run(args, capture_output=True, text=True)
-
-
-def metrics(out):
-    with open(os.path.join(out, "metrics.jsonl")) as f:
-        return [json.loads(l) for l in f if l.strip()]
 
 
 def main():
@@ -85,7 +71,7 @@ def main():
             shutil.rmtree(os.path.join(lost, "checkpoints", d))
         r = train(lost, 30, "--ckpt-interval", "10", "--dpo-beta", "0.5", "--resume")
         check(r.returncode == 0, f"resume succeeds ({r.stderr[-300:]})")
-        strip = lambda ms: [{k: v for k, v in x.items() if k not in ("tokens_per_s", "step_seconds")} for x in ms]
+        strip = without_timing
         check(strip(metrics(lost)) == strip(m), "resumed DPO run reproduces every update's loss and rewards exactly")
         r = train(lost, 40, "--ckpt-interval", "10", "--dpo-beta", "0.2", "--resume")
         check(r.returncode != 0 and "--dpo-beta was 0.5, now 0.2" in r.stderr, f"changed --dpo-beta on resume is an error: {r.stderr.strip()[-160:]}")
@@ -117,8 +103,7 @@ def main():
         check(r.returncode != 0 and "raise --seq-len" in r.stderr, f"pairs without a response in the window: {r.stderr.strip()[-200:]}")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    print("FAILED: " + "; ".join(failures) if failures else "PASS")
-    sys.exit(1 if failures else 0)
+    finish()
 
 
 if __name__ == "__main__":

@@ -17,28 +17,13 @@ usage: grpo_cli_test.py ASTRAI SYNTHETIC_PAIRS_SCRIPT
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cli_checks import check, finish, metrics, run, without_timing  # noqa: E402
+
 ASTRAI, PAIRS = sys.argv[1], sys.argv[2]
-failures = []
-TIMING = ("tokens_per_s", "step_seconds", "rollout_tokens_per_s", "rollout_seconds")
-
-
-def check(cond, what):
-    print(("ok   " if cond else "FAIL ") + what)
-    if not cond:
-        failures.append(what)
-
-
-def run(args):
-    return subprocess.run(args, capture_output=True, text=True)
-
-
-def metrics(out):
-    with open(os.path.join(out, "metrics.jsonl")) as f:
-        return [json.loads(l) for l in f if l.strip()]
 
 
 def main():
@@ -106,7 +91,7 @@ def main():
         shutil.rmtree(os.path.join(lost, "checkpoints", "step-00000008"))
         r = train(lost, 8, "--ppo-epochs", "2", "--ckpt-interval", "4", "--resume")
         check(r.returncode == 0, f"resume succeeds ({r.stderr[-300:]})")
-        strip = lambda ms: [{k: v for k, v in x.items() if k not in TIMING} for x in ms]
+        strip = without_timing
         check(strip(metrics(lost)) == strip(m), "resumed GRPO run regenerates the rollouts and reproduces every update")
         check(os.path.exists(os.path.join(ref, "checkpoints", "step-00000004", "reference.safetensors")),
               "checkpoints keep the reference policy")
@@ -144,8 +129,7 @@ def main():
         check(r.returncode != 0 and "--group-size" in r.stderr, f"group of one: {r.stderr.strip()[-160:]}")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    print("FAILED: " + "; ".join(failures) if failures else "PASS")
-    sys.exit(1 if failures else 0)
+    finish()
 
 
 if __name__ == "__main__":

@@ -18,22 +18,13 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cli_checks import check, finish, metrics, run, without_timing  # noqa: E402
+
 ASTRAI, MAKE = sys.argv[1], sys.argv[2]
 CONFIG = dict(model_type="llama", vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
               num_key_value_heads=2, intermediate_size=64, rms_norm_eps=1e-6, rope_theta=10000.0,
               tie_word_embeddings=True, max_position_embeddings=128)
-failures = []
-
-
-def check(cond, what):
-    print(("ok   " if cond else "FAIL ") + what)
-    if not cond:
-        failures.append(what)
-
-
-def metrics(out):
-    with open(os.path.join(out, "metrics.jsonl")) as f:
-        return [json.loads(l) for l in f if l.strip()]
 
 
 def train_args(data, cfg, out, steps, extra=()):
@@ -41,10 +32,6 @@ def train_args(data, cfg, out, steps, extra=()):
             "--batch-size", "4", "--seq-len", "32", "--max-steps", str(steps), "--max-lr", "3e-3",
             "--warmup-steps", "5", "--val-split", "0.1", "--val-interval", "5", "--threads", "1",
             "--no-progress", "--seed", "7", *extra]
-
-
-def run(args, **kw):
-    return subprocess.run(args, capture_output=True, text=True, **kw)
 
 
 def main():
@@ -81,7 +68,7 @@ def main():
             shutil.rmtree(os.path.join(lost, "checkpoints", d))
         r = run(train_args(data, cfg, lost, 30, ["--ckpt-interval", "10", "--resume"]))
         check(r.returncode == 0, f"resume succeeds ({r.stderr[-300:]})")
-        strip = lambda ms: [{k: v for k, v in m.items() if k not in ("tokens_per_s", "step_seconds")} for m in ms]
+        strip = without_timing
         check(strip(metrics(lost)) == strip(m_ref),
               "resumed run reproduces loss, lr, grad_norm and val_loss of every update exactly")
 
@@ -109,7 +96,7 @@ def main():
         r = run(train_args(data, cfg, term, long_steps, ["--resume"]))
         check(r.returncode == 0, "resume after SIGTERM succeeds")
         a, b = metrics(ref2), metrics(term)
-        strip = lambda ms: [{k: v for k, v in m.items() if k not in ("tokens_per_s", "step_seconds")} for m in ms]
+        strip = without_timing
         same = strip(a) == strip(b)
         check(same, "losses after a SIGTERM + resume equal the uninterrupted run")
 
@@ -152,8 +139,7 @@ def main():
             print("skip tokenizer mismatch check (assets not fetched)")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    print("FAILED: " + "; ".join(failures) if failures else "PASS")
-    sys.exit(1 if failures else 0)
+    finish()
 
 
 if __name__ == "__main__":
