@@ -91,7 +91,7 @@ void run_serve(const ServeOptions& o) {
   so.threads = o.http_threads;
   so.max_body_bytes = static_cast<size_t>(parse_size(o.max_request_size, "--max-request-size"));
   serve::Server server(
-      so, [tok](int32_t id) { return tok->decode(std::vector<int32_t>{id}, false); },
+      so, [tok](int32_t id) { return tok->token_text(id); },
       serve::tool_recognizer_factory(*tok));
   server.start();
   log_info("serve: listening on http://", o.host.find(':') != std::string::npos ? "[" + o.host + "]" : o.host, ":",

@@ -326,6 +326,15 @@ std::vector<std::vector<int32_t>> Tokenizer::encode_batch(const std::vector<std:
   return out;
 }
 
+std::string Tokenizer::token_text(int32_t id) const {
+  const std::vector<int32_t> anchor = encode("a", /*add_special_tokens=*/false);
+  if (anchor.size() != 1) return decode(std::vector<int32_t>{id});
+  const std::string alone = decode(anchor);
+  const std::string both = decode(std::vector<int32_t>{anchor[0], id});
+  if (both.size() < alone.size() || both.compare(0, alone.size(), alone) != 0) return decode(std::vector<int32_t>{id});
+  return both.substr(alone.size());
+}
+
 std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special_tokens) const {
   const Impl& im = *impl_;
   std::vector<std::string> tokens;

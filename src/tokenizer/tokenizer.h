@@ -59,6 +59,11 @@ class Tokenizer {
   // Ids to text through the decoder chain. Ids outside the vocabulary are skipped (as
   // HF does); skip_special_tokens drops added tokens marked special.
   std::string decode(std::span<const int32_t> ids, bool skip_special_tokens = false) const;
+  // The text one token adds after ordinary text, for per-token output (logprobs, echo):
+  // decode({id}) except that decoders which strip the first token's leading space
+  // (SentencePiece "▁word") keep it here, so the pieces of a sequence join into its text.
+  // Computed as decode({a, id}) minus decode({a}) with a = the id of "a".
+  std::string token_text(int32_t id) const;
 
   // Token string as stored in tokenizer.json (byte-level tokens in their Ġ form).
   std::optional<std::string> id_to_token(int32_t id) const;

