@@ -456,6 +456,10 @@ TrainResult Run::go() {
              {"tokens_per_s", dt > 0 ? static_cast<double>(tokens) * comm_.size() / dt : 0.0}, {"step_seconds", dt}};
     add_metrics(step_stats, "", &rec);
     source_->add_metrics(&rec);
+    if (rec.contains("rollout_seconds")) {  // grpo: the rate of the training part alone
+      const double train_s = dt - rec["rollout_seconds"].get<double>();
+      rec["train_tokens_per_s"] = train_s > 0 ? static_cast<double>(tokens) * comm_.size() / train_s : 0.0;
+    }
     ++step_;
     strategy_->after_update(step_, *model_);
     source_->after_update(step_);

@@ -7,7 +7,7 @@ import sys
 
 failures = []
 # Wall-clock fields of metrics.jsonl: they differ between otherwise identical runs.
-TIMING = ("tokens_per_s", "step_seconds", "rollout_tokens_per_s", "rollout_seconds")
+TIMING = ("tokens_per_s", "step_seconds", "rollout_tokens_per_s", "rollout_seconds", "train_tokens_per_s")
 
 
 def check(cond, what):

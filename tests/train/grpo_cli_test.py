@@ -68,7 +68,7 @@ def main():
         check(r.returncode == 0, f"grpo training succeeds ({r.stderr[-500:]})")
         m = metrics(ref)
         check(len(m) == 8, "one metrics record per update")
-        keys = ("reward_mean", "reward_std", "advantage_abs_mean", "completion_tokens_mean", "rollout_tokens_per_s",
+        keys = ("reward_mean", "reward_std", "advantage_abs_mean", "completion_tokens_mean", "rollout_tokens_per_s", "train_tokens_per_s",
                 "kl", "clip_fraction", "ratio", "policy_version", "rollout_version", "staleness")
         check(all(k in m[0] for k in keys), f"rollout and loss metrics in metrics.jsonl ({sorted(m[0])})")
         check("reward_mean" not in m[1] and "kl" in m[1], "the second PPO epoch reuses the rollouts (no new rewards)")
