@@ -29,6 +29,7 @@ struct ScoreOptions {
   int chunk = 0;
   int page_size = 16;
   std::string device = "cpu";
+  std::string lora;
 };
 
 std::vector<int32_t> parse_ids(const std::string& text) {
@@ -138,7 +139,7 @@ void run_score(const ScoreOptions& o) {
   std::vector<std::vector<int32_t>> seqs;
   for (const auto& s : o.ids) seqs.push_back(parse_ids(s));
   const model::Transformer m =
-      model::Transformer::load(o.model, model::WeightPlacement::kMapped, parse_device(o.device));
+      model::Transformer::load(o.model, model::WeightPlacement::kMapped, parse_device(o.device), o.lora);
   const int64_t vocab = m.vocab_size();
   for (size_t s = 0; s < seqs.size(); ++s)
     for (size_t i = 0; i < seqs[s].size(); ++i)
@@ -195,6 +196,7 @@ void setup_score(CLI::App& app) {
                   "Prefill through a paged KV cache, this many tokens per step (0: one forward, no cache)");
   cmd->add_option("--page-size", opts->page_size, "KV page size with --chunk");
   add_device_option(cmd, &opts->device);
+  add_lora_option(cmd, &opts->lora);
   cmd->callback([opts] { run_score(*opts); });
 }
 

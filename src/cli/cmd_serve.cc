@@ -42,6 +42,7 @@ struct ServeOptions {
   int max_context = 0;
   bool no_mmap = false;
   std::string device = "cpu";
+  std::string lora;
 };
 
 // "512M", "2G", "1.5GiB", "1048576" -> bytes.
@@ -99,7 +100,7 @@ void run_serve(const ServeOptions& o) {
 
   Timer timer;
   auto model = std::make_shared<model::Transformer>(
-      model::Transformer::load(o.model, weight_placement(o.no_mmap), parse_device(o.device)));
+      model::Transformer::load(o.model, weight_placement(o.no_mmap), parse_device(o.device), o.lora));
   infer::EngineOptions eo;
   eo.max_running = o.max_running;
   eo.max_queue = o.max_queue;
@@ -133,6 +134,7 @@ void setup_serve(CLI::App& app) {
   add_kv_dtype_option(cmd, &opts->kv_dtype);
   add_no_mmap_flag(cmd, &opts->no_mmap);
   add_device_option(cmd, &opts->device);
+  add_lora_option(cmd, &opts->lora);
   cmd->add_option("--threads", opts->threads, "Compute threads (0 = all cores)")->capture_default_str()->check(CLI::NonNegativeNumber);
   cmd->add_option("--http-threads", opts->http_threads, "Request workers (parsing, templating, formatting)")
       ->capture_default_str()->check(CLI::Range(1, 64));

@@ -40,6 +40,13 @@ inline CLI::Option* add_device_option(CLI::App* cmd, std::string* device) {
       ->check(CLI::IsMember({"cpu", "cuda"}));
 }
 
+// --lora DIR (generate, chat, bench, serve, score): a PEFT LoRA adapter merged at load.
+inline CLI::Option* add_lora_option(CLI::App* cmd, std::string* dir) {
+  return cmd->add_option("--lora", *dir,
+                         "LoRA adapter directory (PEFT layout: adapter_config.json + adapter_model.safetensors), "
+                         "merged into the weights at load");
+}
+
 inline Device parse_device(const std::string& name) { return name == "cuda" ? Device::kCuda : Device::kCpu; }
 
 inline model::WeightPlacement weight_placement(bool no_mmap) {
@@ -57,6 +64,7 @@ struct EngineFlags {
   int threads = 0;
   bool no_mmap = false;
   std::string device = "cpu";
+  std::string lora;
 
   void add(CLI::App* cmd) {
     cmd->add_option("--max-running", max_running, "Cap on requests decoding together");
@@ -69,6 +77,7 @@ struct EngineFlags {
     cmd->add_option("--threads", threads, "Threads (default: all cores)");
     add_no_mmap_flag(cmd, &no_mmap);
     add_device_option(cmd, &device);
+    add_lora_option(cmd, &lora);
   }
   infer::EngineOptions options() const {
     infer::EngineOptions o;
@@ -88,7 +97,7 @@ inline std::unique_ptr<infer::Engine> load_engine(const std::string& dir, const 
   if (flags.threads > 0) set_num_threads(flags.threads);
   auto model =
       std::make_shared<const model::Transformer>(model::Transformer::load(dir, weight_placement(flags.no_mmap),
-                                                                          parse_device(flags.device)));
+                                                                          parse_device(flags.device), flags.lora));
   std::shared_ptr<const tokenizer::Tokenizer> tok;
   if (file_exists(dir + "/tokenizer.json"))
     tok = std::make_shared<const tokenizer::Tokenizer>(tokenizer::Tokenizer::load(dir));

@@ -1,5 +1,7 @@
 #include "model/transformer.h"
 
+#include "model/lora.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -100,8 +102,10 @@ Transformer::Transformer(ModelConfig config, ModelWeights weights, Device device
     if (p.tensor->is_mapped()) mapped_bytes_ += p.tensor->nbytes();
 }
 
-Transformer Transformer::load(const std::string& dir, WeightPlacement placement, Device device) {
+Transformer Transformer::load(const std::string& dir, WeightPlacement placement, Device device,
+                              const std::string& lora_dir) {
   Checkpoint ck = load_checkpoint(dir, placement);
+  if (!lora_dir.empty()) merge_lora(ck.config, &ck.weights, load_lora(lora_dir), lora_dir);
   return Transformer(std::move(ck.config), std::move(ck.weights), device);
 }
 

@@ -50,9 +50,10 @@ class Transformer {
   // copied to that device's memory once.
   Transformer(ModelConfig config, ModelWeights weights, Device device = Device::kCpu);
   // Loads DIR/config.json + model.safetensors (or sharded index), memory-mapped or copied
-  // into memory (model/weights.h), onto `device`.
+  // into memory (model/weights.h), onto `device`; with `lora_dir`, a PEFT LoRA adapter is
+  // merged into the weights first (model/lora.h).
   static Transformer load(const std::string& dir, WeightPlacement placement = WeightPlacement::kMapped,
-                          Device device = Device::kCpu);
+                          Device device = Device::kCpu, const std::string& lora_dir = "");
 
   Device device() const { return ops_->device(); }
   const ModelConfig& config() const { return config_; }
