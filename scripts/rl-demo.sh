@@ -7,7 +7,7 @@
 #      the prompt), 400 held out: held-out preference accuracy and reward margin;
 #   3. GRPO from it on 1,800 prompts with the exact-match reward, 200 held out: held-out mean
 #      reward of sampled answers (temperature 1).
-# About 5 minutes on 2 cores. Environment: ASTRAI_RL_DEMO_DIR (default runs/rl-demo),
+# About a minute on 2 idle cores. Environment: ASTRAI_RL_DEMO_DIR (default runs/rl-demo),
 # ASTRAI_JOBS (build parallelism).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
