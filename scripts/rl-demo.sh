@@ -6,8 +6,10 @@
 #   2. DPO from it on 3,600 preference pairs (chosen: the last word; rejected: a word not in
 #      the prompt), 400 held out: held-out preference accuracy and reward margin;
 #   3. GRPO from it on 1,800 prompts with the exact-match reward, 200 held out: held-out mean
-#      reward of sampled answers (temperature 1).
-# About a minute on 2 idle cores. Environment: ASTRAI_RL_DEMO_DIR (default runs/rl-demo),
+#      reward of sampled answers (temperature 1);
+#   4. more SFT from it, once on every weight and once with LoRA adapters (rank 8): held-out
+#      loss of both.
+# Under 2 minutes on 2 idle cores. Environment: ASTRAI_RL_DEMO_DIR (default runs/rl-demo),
 # ASTRAI_JOBS (build parallelism).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -40,6 +42,13 @@ JSON
 "$astrai" train --train-type grpo --data prompts --model sft_model --output grpo_model \
   --batch-size 8 --group-size 8 --max-new-tokens 4 --max-steps 300 --max-lr 1e-3 --warmup-steps 5 \
   --reward exact-match --val-split 0.1 --val-interval 50 --val-batches 16 --val-at-start --no-progress
+for kind in full lora; do
+  extra=()
+  [ "$kind" = lora ] && extra=(--lora-rank 8 --lora-alpha 16)
+  "$astrai" train --train-type sft --data sft --model sft_model --output "sft_more_$kind" \
+    --batch-size 16 --seq-len 128 --max-steps 150 --max-lr 3e-3 --warmup-steps 5 \
+    --val-split 0.02 --val-interval 50 --val-at-start --no-progress "${extra[@]}"
+done
 /usr/bin/python3 - <<'PY'
 import json
 def rows(d):
@@ -56,6 +65,11 @@ for r in g:
 u = [r for r in g if "loss" in r]
 gen = sum(r["rollout_seconds"] for r in u)
 new_tokens = sum(r["completion_tokens_mean"] * 64 for r in u)
+print("\nMore SFT from the same start (held-out loss per answer token)\n| update | every weight | LoRA rank 8 |\n|---|---|---|")
+full, lora = rows("sft_more_full"), rows("sft_more_lora")
+for a, b in zip(full, lora):
+    if "val_loss" in a:
+        print(f"| {a['step']} | {a['val_loss']:.4f} | {b['val_loss']:.4f} |")
 total = sum(r["step_seconds"] for r in u)
 print(f"\nGRPO: {len(u)} updates in {total:.1f} s, {gen:.1f} s ({100 * gen / total:.0f}%) of it generating "
       f"{new_tokens:.0f} tokens ({new_tokens / gen:.0f} tokens/s); KL at the end {u[-1]['kl']:.4f}")

@@ -69,6 +69,22 @@ void setup_train(CLI::App& app) {
                   "grpo: copy the policy into the reference every N updates (0 = the reference stays the start)")
       ->capture_default_str();
   cmd->add_option("--ppo-epochs", opts->ppo_epochs, "grpo: updates per batch of rollouts")->capture_default_str();
+  cmd->add_option("--lora-rank", opts->lora.rank,
+                  "train LoRA adapters of this rank instead of every weight (0 = full fine-tuning); the output "
+                  "is an adapter directory (PEFT layout) for --lora / astrai lora merge")
+      ->capture_default_str();
+  cmd->add_option("--lora-alpha", opts->lora.alpha, "LoRA scale numerator: the adapter adds (alpha / rank)·B·A")
+      ->capture_default_str();
+  auto targets = std::make_shared<std::string>("q,k,v,o,gate,up,down");
+  cmd->add_option("--lora-targets", *targets, "projections that get adapters: any of q,k,v,o,gate,up,down")
+      ->capture_default_str()
+      ->each([opts](const std::string& v) { opts->lora.targets = train::parse_lora_targets(v); });
+  cmd->add_option_function<double>(
+      "--lora-dropout",
+      [](double p) {
+        ASTRAI_CHECK(p == 0.0, "--lora-dropout ", p, ": dropout on the adapter input is not implemented (only 0)");
+      },
+      "dropout on the adapter input: only 0 is implemented");
   cmd->add_option("--ckpt-interval", opts->ckpt_interval, "checkpoint every N updates (0 = at the end)");
   cmd->add_option("--val-split", opts->val_split,
                   "fraction of samples held out for validation (grpo: prompts, validated by their mean reward)");

@@ -1,7 +1,6 @@
 #include "model/lora.h"
 
 #include <cmath>
-#include <vector>
 
 #include "base/error.h"
 #include "base/files.h"
@@ -73,6 +72,18 @@ LoraAdapter load_lora(const std::string& dir) {
   return a;
 }
 
+void lora_merge_matrix(const float* base, const float* A, const float* B, int64_t out, int64_t in, int64_t r,
+                       double s, float* dst) {
+#pragma omp parallel for schedule(static)
+  for (int64_t o = 0; o < out; ++o) {
+    for (int64_t i = 0; i < in; ++i) {
+      double acc = 0;
+      for (int64_t k = 0; k < r; ++k) acc += static_cast<double>(B[o * r + k]) * A[k * in + i];
+      dst[o * in + i] = static_cast<float>(base[o * in + i] + s * acc);
+    }
+  }
+}
+
 int merge_lora(const ModelConfig& config, ModelWeights* weights, const LoraAdapter& adapter, const std::string& where) {
   std::map<std::string, Tensor*> slots;
   for (auto& p : weights->params(config)) slots[p.name] = p.tensor;
@@ -88,17 +99,7 @@ int merge_lora(const ModelConfig& config, ModelWeights* weights, const LoraAdapt
     ASTRAI_CHECK(w.ndim() == 2 && B.dim(0) == out && A.dim(1) == in, where, ": ", name, " is [", out, ", ", in,
                  "] but the adapter's B·A is [", B.dim(0), ", ", A.dim(1), "]");
     Tensor m = w.to(DType::kF32);  // an owned copy: the checkpoint's mapping is read-only
-    float* mw = m.data<float>();
-    const float *a = A.data<float>(), *b = B.data<float>();
-    std::vector<double> row(static_cast<size_t>(in));
-    for (int64_t o = 0; o < out; ++o) {
-      std::fill(row.begin(), row.end(), 0.0);
-      for (int64_t k = 0; k < r; ++k) {
-        const double bk = s * b[o * r + k];
-        for (int64_t i = 0; i < in; ++i) row[i] += bk * a[k * in + i];
-      }
-      for (int64_t i = 0; i < in; ++i) mw[o * in + i] = static_cast<float>(mw[o * in + i] + row[i]);
-    }
+    lora_merge_matrix(m.data<float>(), A.data<float>(), B.data<float>(), out, in, r, s, m.data<float>());
     w = std::move(m);
     ++merged;
   }

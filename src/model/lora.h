@@ -34,6 +34,12 @@ struct LoraAdapter {
 // Reads and validates an adapter directory (files, config fields, names, shapes, ranks).
 LoraAdapter load_lora(const std::string& dir);
 
+// dst = base + s·B·A for one [out, in] matrix (A [r, in], B [out, r]): each element's sum in
+// double, rounded once. dst may be base. The one merge both inference (merge_lora) and LoRA
+// training (train/lora.h) use, so both see the same bits.
+void lora_merge_matrix(const float* base, const float* A, const float* B, int64_t out, int64_t in, int64_t r,
+                       double s, float* dst);
+
 // Merges the adapter into `weights`; every adapted name must be a weight of `config` with
 // shape [out, in] matching B·A, else astrai::Error naming the tensor. Returns the number of
 // weights merged.

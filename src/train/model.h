@@ -34,6 +34,7 @@ class TrainModel {
   FloatBuffer& params() { return params_; }
   const FloatBuffer& params() const { return params_; }
   FloatBuffer& grads() { return grads_; }
+  const FloatBuffer& grads() const { return grads_; }
   size_t num_params() const;  // distinct parameters (tied lm_head counted once)
 
   // GPT-2 style init: matrices and embeddings ~ N(0, std) from a seeded generator, norm

@@ -4,9 +4,11 @@
 
 namespace astrai::train {
 
-AdamW::AdamW(const ParamLayout& layout, AdamWConfig config)
-    : config_(config), m_(layout.total()), v_(layout.total()) {
-  for (const auto& s : layout.specs()) {
+AdamW::AdamW(const ParamLayout& layout, AdamWConfig config) : AdamW(layout.specs(), layout.total(), config) {}
+
+AdamW::AdamW(const std::vector<ParamSpec>& specs, size_t total, AdamWConfig config)
+    : config_(config), m_(total), v_(total) {
+  for (const auto& s : specs) {
     bool decay = s.kind == model::ParamKind::kMatrix;
     if (s.kind == model::ParamKind::kEmbedding) decay = config.decay_embeddings;
     else if (!decay) decay = config.decay_norms_and_biases;

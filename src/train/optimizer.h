@@ -23,6 +23,8 @@ struct AdamWConfig {
 class AdamW {
  public:
   AdamW(const ParamLayout& layout, AdamWConfig config);
+  // Over any parameters laid out by `specs` in a buffer of `total` floats (LoRA factors).
+  AdamW(const std::vector<ParamSpec>& specs, size_t total, AdamWConfig config);
   // One update with learning rate lr; increments step().
   void step(float* params, const float* grads, float lr);
   int64_t step_count() const { return step_; }

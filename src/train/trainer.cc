@@ -23,6 +23,7 @@
 #include "tokenizer/tokenizer.h"
 #include "train/batch_source.h"
 #include "train/live_model.h"
+#include "train/lora.h"
 #include "train/rollout.h"
 #include "train/optimizer.h"
 #include "train/safetensors_io.h"
@@ -120,6 +121,13 @@ Json options_fingerprint(const TrainOptions& o) {
     j["dpo_loss"] = o.dpo_loss;
     j["dpo_label_smoothing"] = o.dpo_label_smoothing;
   }
+  if (o.lora.rank > 0) {
+    std::string targets;
+    for (const auto& t : o.lora.targets) targets += (targets.empty() ? "" : ",") + t;
+    j["lora_rank"] = o.lora.rank;
+    j["lora_alpha"] = o.lora.alpha;
+    j["lora_targets"] = targets;
+  }
   if (o.train_type == "grpo") {
     for (auto [k, v] : {std::pair<const char*, Json>{"group_size", o.group_size}, {"clip_eps", o.clip_eps},
                         {"kl_coef", o.kl_coef}, {"ref_sync_interval", o.ref_sync_interval},
@@ -148,6 +156,7 @@ class Run {
   void add_metrics(const MicroStats& s, const std::string& prefix, Json* rec) const;
   // One progress line for the update in `rec` (redrawn in place on a terminal).
   void print_progress(const Json& rec, double seconds_per_step, int64_t first_step) const;
+  void save_weights(const std::string& dir) const;
   void save_checkpoint(int64_t step);
   void load_checkpoint(const std::string& dir);
   void write_metrics_line(const Json& j);
@@ -155,7 +164,8 @@ class Run {
   const TrainOptions& o_;
   model::ModelConfig config_;
   std::unique_ptr<TrainModel> model_;
-  std::unique_ptr<AdamW> adam_;
+  std::unique_ptr<AdamW> adam_;          // over the model's parameters, or the LoRA factors
+  std::unique_ptr<LoraAdapters> lora_;   // --lora-rank > 0
   std::unique_ptr<Strategy> strategy_;
   LocalCommunicator comm_;
   std::unique_ptr<BatchSource> source_;
@@ -194,7 +204,14 @@ void Run::setup_model() {
   ac.beta2 = static_cast<float>(o_.beta2);
   ac.eps = static_cast<float>(o_.adam_eps);
   ac.weight_decay = static_cast<float>(o_.weight_decay);
-  adam_ = std::make_unique<AdamW>(model_->layout(), ac);
+  if (o_.lora.rank > 0) {
+    // LoRA: the adapters are what is trained; the model's buffer holds the merged weights.
+    lora_ = std::make_unique<LoraAdapters>(*model_, o_.lora, o_.seed);
+    adam_ = std::make_unique<AdamW>(lora_->specs(), lora_->num_params(), ac);
+    lora_->merge_into(*model_);  // B = 0: the base weights, bit for bit
+  } else {
+    adam_ = std::make_unique<AdamW>(model_->layout(), ac);
+  }
   StrategyOptions so;
   so.train_type = o_.train_type;
   so.label_smoothing = static_cast<float>(o_.label_smoothing);
@@ -312,6 +329,17 @@ void Run::print_progress(const Json& rec, double seconds_per_step, int64_t first
     std::fprintf(stderr, "%s\n", line.c_str());
 }
 
+// The trained weights: an HF checkpoint, or with LoRA the adapter in the PEFT layout.
+void Run::save_weights(const std::string& dir) const {
+  if (!lora_) return save_hf_weights(dir, *model_, config_);
+  lora_->save(dir);
+  if (!o_.model_dir.empty()) {  // PEFT's pointer to the base model
+    Json c = read_json_file(dir + "/adapter_config.json");
+    c["base_model_name_or_path"] = fs::absolute(o_.model_dir).lexically_normal().string();
+    write_file_atomic(dir + "/adapter_config.json", c.dump(2));
+  }
+}
+
 void Run::save_checkpoint(int64_t step) {
   const fs::path root = fs::path(o_.output_dir) / "checkpoints";
   fs::create_directories(root);
@@ -320,7 +348,7 @@ void Run::save_checkpoint(int64_t step) {
   std::error_code ec;
   fs::remove_all(tmp, ec);
   fs::create_directories(tmp);
-  save_hf_weights(tmp.string(), *model_, config_);
+  save_weights(tmp.string());
   write_safetensors_f32((tmp / "optimizer.safetensors").string(),
                         {{"adamw.m", {static_cast<int64_t>(adam_->m().size())}, adam_->m().data()},
                          {"adamw.v", {static_cast<int64_t>(adam_->v().size())}, adam_->v().data()}});
@@ -346,8 +374,13 @@ void Run::load_checkpoint(const std::string& dir) {
   for (auto it = fp.begin(); it != fp.end(); ++it)
     ASTRAI_CHECK(saved.contains(it.key()) && saved[it.key()] == it.value(), "cannot resume from ", dir, ": --",
                  flag_name(it.key()), " was ", saved.value(it.key(), Json()).dump(), ", now ", it.value().dump());
-  auto weights = model::read_checkpoint_tensors(dir);
-  model_->load_weights(weights.tensors, dir);
+  if (lora_) {
+    lora_->load(dir);
+    lora_->merge_into(*model_);
+  } else {
+    auto weights = model::read_checkpoint_tensors(dir);
+    model_->load_weights(weights.tensors, dir);
+  }
   strategy_->load_state(dir);
   auto opt = read_safetensors(dir + "/optimizer.safetensors");
   for (auto [name, buf] : {std::pair{"adamw.m", &adam_->m()}, std::pair{"adamw.v", &adam_->v()}}) {
@@ -377,6 +410,7 @@ TrainResult Run::go() {
                "--label-smoothing is for seq and sft; conservative DPO takes --dpo-label-smoothing");
   ASTRAI_CHECK(o_.train_type != "grpo" || o_.label_smoothing == 0, "--label-smoothing is for seq and sft, not grpo");
   ASTRAI_CHECK(o_.ppo_epochs >= 1, "--ppo-epochs must be at least 1");
+  ASTRAI_CHECK(o_.lora.rank >= 0, "--lora-rank must be >= 0 (0: full fine-tuning), got ", o_.lora.rank);
   ASTRAI_CHECK(o_.train_type == "grpo" || o_.ppo_epochs == 1, "--ppo-epochs is for --train-type grpo");
   if (o_.threads > 0) set_num_threads(o_.threads);
   setup_model();
@@ -412,6 +446,9 @@ TrainResult Run::go() {
                  " already holds checkpoints: pass --resume to continue, or choose another --output");
     write_file_atomic(metrics.string(), "");
   }
+  if (lora_)
+    log_info("LoRA: ", lora_->num_params(), " trainable parameters (rank ", o_.lora.rank, ", alpha ", o_.lora.alpha,
+             ", ", lora_->specs().size() / 2, " projections); the other weights are frozen");
   log_info("training ", model_->num_params(), " parameters (", config_.summary(), ") for ", total_steps_,
            " updates of ", o_.batch_size * o_.grad_accum, " ", source_->sample_noun());
 
@@ -438,11 +475,14 @@ TrainResult Run::go() {
       step_stats.num_targets += s.num_targets;
       for (int k = 0; k < kMaxMetrics; ++k) step_stats.metric_sums[k] += s.metric_sums[k];
     }
-    comm_.all_reduce_sum(model_->grads().data(), model_->grads().size());
+    if (lora_) lora_->project_grads(*model_);
+    FloatBuffer& params = lora_ ? lora_->params() : model_->params();
+    FloatBuffer& grads = lora_ ? lora_->grads() : model_->grads();
+    comm_.all_reduce_sum(grads.data(), grads.size());
     double loss_buf = loss / comm_.size();
     comm_.all_reduce_sum(&loss_buf, 1);
     loss = loss_buf;
-    const double norm = clip_grad_norm(model_->grads().data(), model_->grads().size(), o_.max_grad_norm);
+    const double norm = clip_grad_norm(grads.data(), grads.size(), o_.max_grad_norm);
     if (!std::isfinite(loss) || !std::isfinite(norm)) {
       fail("loss became ", loss, " (gradient norm ", norm, ") at update ", step_ + 1,
            "; training stopped without applying it. The last good checkpoint is ",
@@ -450,7 +490,8 @@ TrainResult Run::go() {
            ". Try a lower --max-lr, more --warmup-steps or --max-grad-norm.");
     }
     const double lr = learning_rate(sched_, step_);
-    adam_->step(model_->params().data(), model_->grads().data(), static_cast<float>(lr));
+    adam_->step(params.data(), grads.data(), static_cast<float>(lr));
+    if (lora_) lora_->merge_into(*model_);
     const double dt = step_timer.seconds();
     Json rec{{"step", step_ + 1}, {"loss", loss}, {"lr", lr}, {"grad_norm", norm},
              {"tokens_per_s", dt > 0 ? static_cast<double>(tokens) * comm_.size() / dt : 0.0}, {"step_seconds", dt}};
@@ -484,7 +525,7 @@ TrainResult Run::go() {
   }
   if (!result.interrupted) {
     if (step_ == first_step && !last_ckpt_.empty()) log_info("nothing to do: ", last_ckpt_, " is at step ", step_);
-    save_hf_weights(o_.output_dir, *model_, config_);
+    save_weights(o_.output_dir);
     copy_tokenizer_files(tokenizer_dir_, o_.output_dir);
   }
   result.steps_done = step_;

@@ -23,6 +23,7 @@
 #include <string>
 
 #include "base/json.h"
+#include "train/lora.h"
 
 namespace astrai::train {
 
@@ -71,6 +72,7 @@ struct TrainOptions {
   bool recompute = false;
   bool progress = true;
   double init_std = 0.02;
+  LoraOptions lora;  // rank 0: full fine-tuning
 };
 
 struct TrainResult {

@@ -147,7 +147,25 @@ CONFIGS = {
                     rms_norm_eps=1e-6, rope_theta=10000.0, tie_word_embeddings=False, attention_bias=True),
         label_smoothing=0.0, train_type="grpo", grpo=dict(clip_eps=0.3, kl_coef=0.0, behaviour=True),
         groups=[(2, [3, 3, 2, 4])], recompute=True),
+    # LoRA (gradient projection): rank 4 on all seven projections of the tied Llama, label
+    # smoothing; only the factors train, the base stays.
+    "lora_llama_all": dict(
+        config=dict(model_type="llama", vocab_size=61, hidden_size=32, num_hidden_layers=2,
+                    num_attention_heads=4, num_key_value_heads=2, intermediate_size=48,
+                    rms_norm_eps=1e-6, rope_theta=10000.0, tie_word_embeddings=True),
+        label_smoothing=0.1, docs=[[13, 9, 7], [11, 4], [17]],
+        lora=dict(rank=4, alpha=8.0, targets=["q", "k", "v", "o", "gate", "up", "down"])),
+    # LoRA rank 3 on q and v of Qwen2 (biases stay frozen), SFT masking, two micro-batches, clipping.
+    "lora_qwen2_qv_sft": dict(
+        config=dict(model_type="qwen2", vocab_size=53, hidden_size=24, num_hidden_layers=2,
+                    num_attention_heads=3, num_key_value_heads=3, intermediate_size=40,
+                    rms_norm_eps=1e-6, rope_theta=1000000.0, tie_word_embeddings=False),
+        label_smoothing=0.0, docs=[[9, 12], [7, 10, 5]], micro=2, max_grad_norm=0.5, train_type="sft",
+        lora=dict(rank=3, alpha=6.0, targets=["q", "v"])),
 }
+
+LORA_MODULES = dict(q="self_attn.q_proj", k="self_attn.k_proj", v="self_attn.v_proj", o="self_attn.o_proj",
+                    gate="mlp.gate_proj", up="mlp.up_proj", down="mlp.down_proj")
 
 GRPO_METRICS = ["kl", "clip_fraction", "ratio"]
 
@@ -384,6 +402,27 @@ def dpo_micro(c, P, Pref, mb, o):
     return torch.stack(losses).mean(), met
 
 
+def lora_factors(P32, lora):
+    """{weight name: (A [r, in], B [out, r])} for every targeted projection, both non-zero (so
+    both gradients are)."""
+    out = {}
+    for n, t in P32.items():
+        if any(n.endswith("." + LORA_MODULES[x] + ".weight") for x in lora["targets"]):
+            out[n] = (0.3 * torch.randn(lora["rank"], t.shape[1]), 0.3 * torch.randn(t.shape[0], lora["rank"]))
+    return out
+
+
+def write_adapter(d, lora, factors):
+    os.makedirs(d)
+    json.dump(dict(r=lora["rank"], lora_alpha=lora["alpha"], target_modules=lora["targets"], bias="none"),
+              open(os.path.join(d, "adapter_config.json"), "w"))
+    entries = []
+    for n, (A, B) in factors.items():
+        m = "base_model.model." + n[: -len(".weight")]
+        entries += [st.f32_entry(m + ".lora_A.weight", A.numpy()), st.f32_entry(m + ".lora_B.weight", B.numpy())]
+    st.write_safetensors(os.path.join(d, "adapter_model.safetensors"), entries)
+
+
 def token_logps(c, P, ids):
     lp = torch.log_softmax(forward_logits(c, P, ids[:-1]), dim=-1)
     return lp[torch.arange(len(ids) - 1), torch.tensor(ids[1:])]
@@ -493,6 +532,10 @@ def main():
         cfg.update(dpo_beta=dpo["beta"], dpo_loss=dpo["loss"], dpo_label_smoothing=dpo["label_smoothing"])
     if grpo:
         cfg.update(clip_eps=grpo["clip_eps"], kl_coef=grpo["kl_coef"])
+    lora = case.get("lora")
+    if lora:
+        cfg["lora"] = lora
+        factors = lora_factors(P32, lora)
     if dpo or grpo:
         # The reference policy: the same shapes, weights moved off the policy's.
         Pref32 = {n: t + 0.05 * torch.randn(t.shape) for n, t in P32.items()}
@@ -513,13 +556,32 @@ def main():
         write_safetensors(os.path.join(d, "params.safetensors"), P32)
         if dpo or grpo:
             write_safetensors(os.path.join(d, "ref_params.safetensors"), Pref32)
+        if lora:
+            write_adapter(os.path.join(d, "adapter"), lora, factors)
         subprocess.run([tool, d], check=True)
         if len(sys.argv) == 5 and sys.argv[3] == "--before":
             return same_as_before(sys.argv[4], d)
         ours_grads = read_safetensors(os.path.join(d, "grads.safetensors"))
         ours = json.load(open(os.path.join(d, "result.json")))
 
-    P = {n: t.double().clone().requires_grad_(True) for n, t in P32.items()}
+    if lora:
+        # Trainable: the factors; the model's weights are the frozen base plus s·B·A.
+        s = lora["alpha"] / lora["rank"]
+        base = {n: t.double() for n, t in P32.items()}
+        P = {}
+        for n, (A, B) in factors.items():
+            P[n[: -len(".weight")] + ".lora_A.weight"] = A.double().clone().requires_grad_(True)
+            P[n[: -len(".weight")] + ".lora_B.weight"] = B.double().clone().requires_grad_(True)
+
+        def effective():
+            e = dict(base)
+            for n in factors:
+                m = n[: -len(".weight")]
+                e[n] = base[n] + s * (P[m + ".lora_B.weight"] @ P[m + ".lora_A.weight"])
+            return e
+    else:
+        P = {n: t.double().clone().requires_grad_(True) for n, t in P32.items()}
+        effective = lambda: P  # noqa: E731
     decay = [P[n] for n in P if P[n].dim() == 2 and "embed" not in n]
     no_decay = [P[n] for n in P if not (P[n].dim() == 2 and "embed" not in n)]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
@@ -546,7 +608,8 @@ def main():
             if step in (0, steps - 1):
                 print(f"step {step}: " + ", ".join(f"{n} {v:.5f}" for n, v in zip(names, met)))
         else:
-            loss = sum(micro_loss(c, P, mb, case["label_smoothing"]) for mb in micro) / nmicro
+            Pe = effective()
+            loss = sum(micro_loss(c, Pe, mb, case["label_smoothing"]) for mb in micro) / nmicro
         loss.backward()
         ref_losses.append(loss.item())
         if step == 0:

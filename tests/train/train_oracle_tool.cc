@@ -4,6 +4,7 @@
 //   train_oracle_tool DIR   (DIR/config.json, DIR/case.json, DIR/params.safetensors, and for
 //                            dpo and grpo DIR/ref_params.safetensors: the reference policy)
 #include <cstdio>
+#include <memory>
 #include <vector>
 
 #include "base/files.h"
@@ -14,6 +15,7 @@
 #include "train/optimizer.h"
 #include "train/safetensors_io.h"
 #include "train/dpo.h"
+#include "train/lora.h"
 #include "train/strategy.h"
 
 using namespace astrai;
@@ -72,7 +74,20 @@ int main(int argc, char** argv) {
     oc.beta2 = c.value("beta2", 0.95f);
     oc.eps = c.value("eps", 1e-8f);
     oc.weight_decay = c.value("weight_decay", 0.1f);
-    AdamW adam(model.layout(), oc);
+    // LoRA: the factors (DIR/adapter, PEFT layout) are what is trained, by gradient projection.
+    std::unique_ptr<LoraAdapters> lora;
+    if (c.contains("lora")) {
+      LoraOptions lo;
+      lo.rank = c["lora"]["rank"].get<int64_t>();
+      lo.alpha = c["lora"]["alpha"].get<double>();
+      lo.targets = c["lora"]["targets"].get<std::vector<std::string>>();
+      lora = std::make_unique<LoraAdapters>(model, lo, 1);
+      lora->load(dir + "/adapter");
+      lora->merge_into(model);
+    }
+    AdamW adam = lora ? AdamW(lora->specs(), lora->num_params(), oc) : AdamW(model.layout(), oc);
+    FloatBuffer& params = lora ? lora->params() : model.params();
+    FloatBuffer& grads = lora ? lora->grads() : model.grads();
     const auto lrs = c["lrs"].get<std::vector<double>>();
     const double max_norm = c.value("max_grad_norm", 0.0);
 
@@ -92,14 +107,16 @@ int main(int argc, char** argv) {
       std::vector<double> means;
       for (size_t k = 0; k < strategy->metrics().size(); ++k) means.push_back(sums.metric_sums[k] / sums.num_targets);
       metrics.push_back(means);
+      if (lora) lora->project_grads(model);
       if (step == 0) {
         std::vector<NamedBlob> blobs;
-        for (const auto& s : model.layout().specs())
-          blobs.push_back({s.name, s.shape, model.grads().data() + s.offset});
+        for (const auto& s : lora ? lora->specs() : model.layout().specs())
+          blobs.push_back({s.name, s.shape, grads.data() + s.offset});
         write_safetensors_f32(dir + "/grads.safetensors", blobs);
       }
-      norms.push_back(clip_grad_norm(model.grads().data(), model.grads().size(), max_norm));
-      adam.step(model.params().data(), model.grads().data(), static_cast<float>(lrs[step]));
+      norms.push_back(clip_grad_norm(grads.data(), grads.size(), max_norm));
+      adam.step(params.data(), grads.data(), static_cast<float>(lrs[step]));
+      if (lora) lora->merge_into(model);
       losses.push_back(loss);
     }
     result["losses"] = losses;

@@ -1,0 +1,159 @@
+#include "train/lora.h"
+
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <random>
+
+#include "base/error.h"
+#include "base/files.h"
+#include "base/json.h"
+#include "model/lora.h"
+#include "train/safetensors_io.h"
+
+namespace astrai::train {
+
+namespace {
+
+const std::map<std::string, std::string> kModules = {{"q", "self_attn.q_proj"},   {"k", "self_attn.k_proj"},
+                                                     {"v", "self_attn.v_proj"},   {"o", "self_attn.o_proj"},
+                                                     {"gate", "mlp.gate_proj"},   {"up", "mlp.up_proj"},
+                                                     {"down", "mlp.down_proj"}};
+
+// The short target name of a parameter ("q" for model.layers.3.self_attn.q_proj.weight), or "".
+std::string target_of(const std::string& name) {
+  for (const auto& [short_name, module] : kModules) {
+    const std::string suffix = "." + module + ".weight";
+    if (name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0)
+      return short_name;
+  }
+  return "";
+}
+
+}  // namespace
+
+std::vector<std::string> parse_lora_targets(const std::string& list) {
+  std::vector<std::string> out;
+  size_t b = 0;
+  while (b <= list.size()) {
+    const size_t e = std::min(list.find(',', b), list.size());
+    const std::string t = list.substr(b, e - b);
+    ASTRAI_CHECK(kModules.count(t), "--lora-targets: unknown projection \"", t, "\" (q, k, v, o, gate, up, down)");
+    out.push_back(t);
+    b = e + 1;
+  }
+  return out;
+}
+
+LoraAdapters::LoraAdapters(const TrainModel& model, const LoraOptions& options, uint64_t seed) : options_(options) {
+  ASTRAI_CHECK(options_.rank > 0, "--lora-rank must be positive");
+  ASTRAI_CHECK(options_.alpha > 0, "--lora-alpha must be positive");
+  size_t total = 0, base_total = 0;
+  std::vector<int> used(options_.targets.size(), 0);
+  for (const auto& s : model.layout().specs()) {
+    const std::string t = target_of(s.name);
+    size_t which = options_.targets.size();
+    for (size_t i = 0; i < options_.targets.size(); ++i)
+      if (options_.targets[i] == t) which = i;
+    if (t.empty() || which == options_.targets.size()) continue;
+    ++used[which];
+    Target g;
+    g.weight_offset = s.offset;
+    g.out = s.shape[0];
+    g.in = s.shape[1];
+    g.module = s.name.substr(0, s.name.size() - std::string(".weight").size());
+    g.a_offset = total;
+    total += static_cast<size_t>(options_.rank * g.in);
+    g.b_offset = total;
+    total += static_cast<size_t>(g.out * options_.rank);
+    g.base_offset = base_total;
+    base_total += s.numel;
+    specs_.push_back({g.module + ".lora_A.weight", {options_.rank, g.in}, model::ParamKind::kMatrix, g.a_offset,
+                      static_cast<size_t>(options_.rank * g.in)});
+    specs_.push_back({g.module + ".lora_B.weight", {g.out, options_.rank}, model::ParamKind::kMatrix, g.b_offset,
+                      static_cast<size_t>(g.out * options_.rank)});
+    targets_.push_back(g);
+  }
+  for (size_t i = 0; i < used.size(); ++i)
+    ASTRAI_CHECK(used[i] > 0, "--lora-targets: this ", model.config().model_type, " model has no ",
+                 kModules.at(options_.targets[i]), " projection");
+  params_ = FloatBuffer(total);
+  grads_ = FloatBuffer(total);
+  base_.resize(base_total);
+  std::mt19937_64 rng(seed ^ 0x4c6f5241ull);
+  for (const Target& g : targets_) {
+    std::memcpy(base_.data() + g.base_offset, model.params().data() + g.weight_offset,
+                static_cast<size_t>(g.out * g.in) * sizeof(float));
+    // PEFT's default: kaiming_uniform(a = sqrt(5)) on A, i.e. U(-1/sqrt(in), 1/sqrt(in)); B = 0.
+    std::uniform_real_distribution<float> u(-1.0f / std::sqrt(static_cast<float>(g.in)),
+                                            1.0f / std::sqrt(static_cast<float>(g.in)));
+    for (int64_t i = 0; i < options_.rank * g.in; ++i) params_.data()[g.a_offset + i] = u(rng);
+  }
+}
+
+void LoraAdapters::merge_into(TrainModel& model) const {
+  const int64_t r = options_.rank;
+  const double s = scale();
+  for (const Target& g : targets_) {
+    model::lora_merge_matrix(base_.data() + g.base_offset, params_.data() + g.a_offset, params_.data() + g.b_offset,
+                             g.out, g.in, r, s, model.params().data() + g.weight_offset);
+  }
+}
+
+void LoraAdapters::project_grads(const TrainModel& model) {
+  const int64_t r = options_.rank;
+  const double s = scale();
+  for (const Target& g : targets_) {
+    const float* A = params_.data() + g.a_offset;
+    const float* B = params_.data() + g.b_offset;
+    const float* G = model.grads().data() + g.weight_offset;
+    float* dA = grads_.data() + g.a_offset;
+    float* dB = grads_.data() + g.b_offset;
+#pragma omp parallel for schedule(static)
+    for (int64_t o = 0; o < g.out; ++o) {  // dB = s·G·Aᵀ
+      for (int64_t k = 0; k < r; ++k) {
+        double acc = 0;
+        for (int64_t i = 0; i < g.in; ++i) acc += static_cast<double>(G[o * g.in + i]) * A[k * g.in + i];
+        dB[o * r + k] = static_cast<float>(s * acc);
+      }
+    }
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < g.in; ++i) {  // dA = s·Bᵀ·G
+      for (int64_t k = 0; k < r; ++k) {
+        double acc = 0;
+        for (int64_t o = 0; o < g.out; ++o) acc += static_cast<double>(B[o * r + k]) * G[o * g.in + i];
+        dA[k * g.in + i] = static_cast<float>(s * acc);
+      }
+    }
+  }
+}
+
+void LoraAdapters::save(const std::string& dir) const {
+  std::vector<NamedBlob> blobs;
+  for (const auto& s : specs_) blobs.push_back({"base_model.model." + s.name, s.shape, params_.data() + s.offset});
+  write_safetensors_f32(dir + "/adapter_model.safetensors", blobs);
+  Json targets = Json::array();
+  for (const auto& t : options_.targets) targets.push_back(kModules.at(t).substr(kModules.at(t).find('.') + 1));
+  const Json config{{"peft_type", "LORA"},   {"r", options_.rank},     {"lora_alpha", options_.alpha},
+                    {"lora_dropout", 0.0},   {"target_modules", targets}, {"bias", "none"},
+                    {"use_rslora", false},   {"fan_in_fan_out", false},   {"task_type", "CAUSAL_LM"},
+                    {"inference_mode", true}};
+  write_file_atomic(dir + "/adapter_config.json", config.dump(2));
+}
+
+void LoraAdapters::load(const std::string& dir) {
+  const Json c = read_json_file(dir + "/adapter_config.json");
+  ASTRAI_CHECK(c.value("r", int64_t{0}) == options_.rank && c.value("lora_alpha", 0.0) == options_.alpha, dir,
+               ": the adapter has r ", c.value("r", int64_t{0}), ", alpha ", c.value("lora_alpha", 0.0),
+               "; this run has --lora-rank ", options_.rank, ", --lora-alpha ", options_.alpha);
+  auto tensors = read_safetensors(dir + "/adapter_model.safetensors");
+  for (const auto& s : specs_) {
+    auto it = tensors.find("base_model.model." + s.name);
+    ASTRAI_CHECK(it != tensors.end() && it->second.dtype() == DType::kF32 &&
+                     static_cast<size_t>(it->second.numel()) == s.numel,
+                 dir, "/adapter_model.safetensors: missing or mis-sized ", s.name);
+    std::memcpy(params_.data() + s.offset, it->second.raw(), s.numel * sizeof(float));
+  }
+}
+
+}  // namespace astrai::train
