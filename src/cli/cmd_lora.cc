@@ -8,6 +8,7 @@
 #include "cli/command.h"
 #include "model/lora.h"
 #include "model/weights.h"
+#include "tokenizer/tokenizer.h"
 
 namespace astrai::cli {
 namespace {
@@ -16,16 +17,6 @@ struct MergeOptions {
   std::string model, lora, output, dtype = "f32";
 };
 
-void copy_tokenizer(const std::string& from, const std::string& to) {
-  namespace fs = std::filesystem;
-  for (const char* f : {"tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "special_tokens_map.json",
-                        "generation_config.json"}) {
-    std::error_code ec;
-    if (fs::exists(fs::path(from) / f)) fs::copy_file(fs::path(from) / f, fs::path(to) / f, fs::copy_options::overwrite_existing, ec);
-    ASTRAI_CHECK(!ec, "cannot copy ", f, " to ", to, ": ", ec.message());
-  }
-}
-
 void run_merge(const MergeOptions& o) {
   ASTRAI_CHECK(std::filesystem::weakly_canonical(o.model) != std::filesystem::weakly_canonical(o.output),
                "--output must not be the --model directory (its weights are read while the merge is written)");
@@ -33,7 +24,7 @@ void run_merge(const MergeOptions& o) {
   const int merged = model::merge_lora(ck.config, &ck.weights, model::load_lora(o.lora), o.lora);
   const DType dtype = o.dtype == "bf16" ? DType::kBF16 : o.dtype == "f16" ? DType::kF16 : DType::kF32;
   model::save_checkpoint(o.output, ck.config, ck.weights, dtype);
-  copy_tokenizer(o.model, o.output);
+  tokenizer::copy_tokenizer_files(o.model, o.output);
   std::printf("merged %d LoRA weights of %s into %s (%s)\n", merged, o.lora.c_str(), o.output.c_str(), o.dtype.c_str());
 }
 

@@ -8,8 +8,9 @@ namespace astrai::data {
 
 PreferenceDataset::PreferenceDataset(Shards shards, int64_t max_tokens)
     : shards_(std::move(shards)), max_tokens_(max_tokens) {
-  const std::string kind = shards_.meta().value("kind", std::string("lm"));
-  ASTRAI_CHECK(kind == "preference", shards_.dir(), " holds \"", kind,
+  const std::string kind = shards_.kind();
+  // An HDF5 import in the reference's DPO layout has the same keys.
+  ASTRAI_CHECK(kind == "preference" || (kind == "imported" && shards_.has("chosen")), shards_.dir(), " holds \"", kind,
                "\" records; --train-type dpo needs preference pairs (JSONL records with \"prompt\" or "
                "\"messages\", \"chosen\" and \"rejected\", made by astrai preprocess)");
   for (const char* k : {"chosen", "chosen_mask", "rejected", "rejected_mask"})

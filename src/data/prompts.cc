@@ -5,8 +5,8 @@
 namespace astrai::data {
 
 PromptDataset::PromptDataset(Shards shards) : shards_(std::move(shards)) {
-  const std::string kind = shards_.meta().value("kind", std::string("lm"));
-  ASTRAI_CHECK(kind == "prompt" && shards_.has("prompt"), shards_.dir(), " holds \"", kind,
+  const std::string kind = shards_.kind();
+  ASTRAI_CHECK((kind == "prompt" || kind == "imported") && shards_.has("prompt"), shards_.dir(), " holds \"", kind,
                "\" records; --train-type grpo needs prompts (JSONL records with \"prompt\" or \"messages\" and no "
                "response, optionally an \"answer\", made by astrai preprocess)");
   prompt_ = shards_.key("prompt");

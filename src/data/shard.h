@@ -141,6 +141,9 @@ class Shards {
 
   const std::string& dir() const { return dir_; }
   const Json& meta() const { return meta_; }
+  // meta.json's "kind" (preprocess: "lm", "preference", "prompt"; HDF5 import: "imported");
+  // "lm" when absent (datasets written before kinds existed).
+  std::string kind() const { return meta_.value("kind", std::string("lm")); }
   bool has(const std::string& key) const { return keys_.count(key) != 0; }
   const ShardKey& key(const std::string& key) const;
   std::vector<std::string> key_names() const;

@@ -326,6 +326,19 @@ std::vector<std::vector<int32_t>> Tokenizer::encode_batch(const std::vector<std:
   return out;
 }
 
+void copy_tokenizer_files(const std::string& from, const std::string& to) {
+  namespace fs = std::filesystem;
+  if (from.empty()) return;
+  const fs::path src = fs::is_directory(from) ? fs::path(from) : fs::path(from).parent_path();
+  const fs::path dst(to);
+  for (const char* f : {"tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "special_tokens_map.json"}) {
+    if (!fs::exists(src / f) || (fs::exists(dst / f) && fs::equivalent(src / f, dst / f))) continue;
+    std::error_code ec;
+    fs::copy_file(src / f, dst / f, fs::copy_options::overwrite_existing, ec);
+    ASTRAI_CHECK(!ec, "cannot copy ", (src / f).string(), " to ", dst.string(), ": ", ec.message());
+  }
+}
+
 std::string Tokenizer::token_text(int32_t id) const {
   const std::vector<int32_t> anchor = encode("a", /*add_special_tokens=*/false);
   if (anchor.size() != 1) return decode(std::vector<int32_t>{id});

@@ -105,6 +105,12 @@ class Tokenizer {
   friend class StreamDecoder;
 };
 
+// Copies the tokenizer's files (tokenizer.json, tokenizer_config.json, chat_template.jinja,
+// special_tokens_map.json, those present) from `from` (a directory, or a tokenizer.json in
+// it) into the directory `to`, next to weights written there; a file onto itself is skipped.
+// Empty `from`: nothing. Errors name the file.
+void copy_tokenizer_files(const std::string& from, const std::string& to);
+
 // Replaces each maximal invalid UTF-8 subpart with U+FFFD (Rust from_utf8_lossy,
 // WHATWG TextDecoder); valid input is returned unchanged.
 std::string utf8_lossy(std::string_view bytes);

@@ -11,8 +11,6 @@ namespace astrai::train {
 
 namespace {
 
-std::string dataset_kind(const data::Shards& shards) { return shards.meta().value("kind", std::string("lm")); }
-
 class WindowSource final : public BatchSource {
  public:
   WindowSource(data::Shards shards, int64_t seq_len) : data_(open(std::move(shards), seq_len)) {}
@@ -84,10 +82,12 @@ std::unique_ptr<BatchSource> open_batch_source(const std::string& train_type, co
                                                int64_t seq_len, int64_t vocab_size) {
   auto shards = data::Shards::open(data_dir);
   shards.check_vocab(vocab_size);
-  const std::string kind = dataset_kind(shards);
+  const std::string kind = shards.kind();
   if (train_type == "dpo") return std::make_unique<PairSource>(std::move(shards), seq_len);
-  ASTRAI_CHECK(kind == "lm", data_dir, " holds \"", kind, "\" records, which --train-type ", train_type,
-               " cannot read", kind == "preference" ? " (preference pairs train with --train-type dpo)" : "",
+  // "lm" (preprocess) and "imported" (HDF5; its keys are checked by the window reader).
+  ASTRAI_CHECK(kind != "preference" && kind != "prompt", data_dir, " holds \"", kind, "\" records, which --train-type ",
+               train_type, " cannot read",
+               kind == "preference" ? " (preference pairs train with --train-type dpo)" : " (prompts: --train-type grpo)",
                "; seq and sft read text, chat and instruction records (an \"lm\" dataset)");
   return std::make_unique<WindowSource>(std::move(shards), seq_len);
 }

@@ -56,8 +56,9 @@ std::vector<Strategy::Metric> DpoStrategy::metrics() const {
   return {{"rewards_chosen", ""}, {"rewards_rejected", ""}, {"rewards_margin", "margin"}, {"rewards_accuracy", "acc"}};
 }
 
-void DpoStrategy::document_scores(const TrainBatch& batch, const float* logp, std::vector<double>* out) const {
+void DpoStrategy::document_scores(const TrainBatch& batch, const float* logp, std::vector<double>* out) {
   out->assign(batch.docs.size(), 0.0);
+  token_weight_.resize(batch.docs.size());
   for (size_t d = 0; d < batch.docs.size(); ++d) {
     const auto& doc = batch.docs[d];
     double sum = 0.0;
@@ -68,7 +69,8 @@ void DpoStrategy::document_scores(const TrainBatch& batch, const float* logp, st
       ++counted;
     }
     ASTRAI_CHECK(counted > 0, "DPO: document ", d, " of the batch has no response token");
-    (*out)[d] = o_.loss == DpoLoss::kIpo ? sum / static_cast<double>(counted) : sum;
+    token_weight_[d] = o_.loss == DpoLoss::kIpo ? 1.0 / static_cast<double>(counted) : 1.0;
+    (*out)[d] = sum * token_weight_[d];
   }
 }
 
@@ -99,13 +101,11 @@ MicroStats DpoStrategy::pair_losses(const TrainBatch& batch, const float* logits
     s.metric_sums[kRewardAccuracy] += chosen > rejected ? 1.0 : 0.0;
     if (!with_grad) continue;
     // d(mean loss)/dS(chosen) = dloss/dh / pairs; S(rejected) enters with the opposite sign;
-    // each counted token's log p enters S with weight 1 (IPO: 1 / counted tokens).
+    // each counted token's log p enters S with its document's token weight.
     const double g = term.dloss_dh * grad_scale / static_cast<double>(pairs);
     for (size_t side = 0; side < 2; ++side) {
       const auto& doc = batch.docs[2 * i + side];
-      int64_t counted = 0;
-      for (int32_t t = doc.begin; t < doc.begin + doc.len; ++t) counted += batch.targets[t] >= 0;
-      const double per_token = (side == 0 ? g : -g) / (o_.loss == DpoLoss::kIpo ? static_cast<double>(counted) : 1.0);
+      const double per_token = (side == 0 ? g : -g) * token_weight_[2 * i + side];
       for (int32_t t = doc.begin; t < doc.begin + doc.len; ++t)
         if (batch.targets[t] >= 0) dlogp_[t] = static_cast<float>(per_token);
     }

@@ -55,13 +55,14 @@ class DpoStrategy final : public Strategy {
   // Loss and metrics of a batch from the policy's logits; with_grad: also the per-token
   // d(grad_scale · loss)/d(log p) in dlogp_.
   MicroStats pair_losses(const TrainBatch& batch, const float* logits, int64_t vocab, bool with_grad, float grad_scale);
-  // S or R per document: Σ (IPO: mean) of log p over the document's counted targets.
-  void document_scores(const TrainBatch& batch, const float* logp, std::vector<double>* out) const;
+  // S or R per document: Σ (IPO: mean) of log p over the document's counted targets; also
+  // sets token_weight_ (1, IPO: 1 / counted targets), the weight of each token's log p in S.
+  void document_scores(const TrainBatch& batch, const float* logp, std::vector<double>* out);
 
   DpoOptions o_;
   std::unique_ptr<TrainModel> reference_;
   std::vector<float> logp_, dlogp_;
-  std::vector<double> policy_scores_, reference_scores_;
+  std::vector<double> policy_scores_, reference_scores_, token_weight_;
 };
 
 }  // namespace astrai::train

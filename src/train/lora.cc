@@ -128,7 +128,7 @@ void LoraAdapters::project_grads(const TrainModel& model) {
   }
 }
 
-void LoraAdapters::save(const std::string& dir) const {
+void LoraAdapters::save(const std::string& dir, const std::string& base_model) const {
   std::vector<NamedBlob> blobs;
   for (const auto& s : specs_) blobs.push_back({"base_model.model." + s.name, s.shape, params_.data() + s.offset});
   write_safetensors_f32(dir + "/adapter_model.safetensors", blobs);
@@ -138,21 +138,25 @@ void LoraAdapters::save(const std::string& dir) const {
                     {"lora_dropout", 0.0},   {"target_modules", targets}, {"bias", "none"},
                     {"use_rslora", false},   {"fan_in_fan_out", false},   {"task_type", "CAUSAL_LM"},
                     {"inference_mode", true}};
-  write_file_atomic(dir + "/adapter_config.json", config.dump(2));
+  Json config_with_base = config;
+  if (!base_model.empty()) config_with_base["base_model_name_or_path"] = base_model;
+  write_file_atomic(dir + "/adapter_config.json", config_with_base.dump(2));
 }
 
 void LoraAdapters::load(const std::string& dir) {
-  const Json c = read_json_file(dir + "/adapter_config.json");
-  ASTRAI_CHECK(c.value("r", int64_t{0}) == options_.rank && c.value("lora_alpha", 0.0) == options_.alpha, dir,
-               ": the adapter has r ", c.value("r", int64_t{0}), ", alpha ", c.value("lora_alpha", 0.0),
-               "; this run has --lora-rank ", options_.rank, ", --lora-alpha ", options_.alpha);
-  auto tensors = read_safetensors(dir + "/adapter_model.safetensors");
-  for (const auto& s : specs_) {
-    auto it = tensors.find("base_model.model." + s.name);
-    ASTRAI_CHECK(it != tensors.end() && it->second.dtype() == DType::kF32 &&
-                     static_cast<size_t>(it->second.numel()) == s.numel,
-                 dir, "/adapter_model.safetensors: missing or mis-sized ", s.name);
-    std::memcpy(params_.data() + s.offset, it->second.raw(), s.numel * sizeof(float));
+  const model::LoraAdapter a = model::load_lora(dir);  // validates the files, names and ranks
+  ASTRAI_CHECK(a.rank == options_.rank && a.alpha == options_.alpha && !a.rslora, dir, ": the adapter has r ", a.rank,
+               ", alpha ", a.alpha, a.rslora ? " (rsLoRA)" : "", "; this run has --lora-rank ", options_.rank,
+               ", --lora-alpha ", options_.alpha);
+  ASTRAI_CHECK(a.factors.size() == targets_.size(), dir, ": the adapter changes ", a.factors.size(),
+               " projections; this run adapts ", targets_.size());
+  for (const Target& g : targets_) {
+    auto it = a.factors.find(g.module + ".weight");
+    ASTRAI_CHECK(it != a.factors.end() && it->second.first.dim(1) == g.in && it->second.second.dim(0) == g.out, dir,
+                 ": no adapter of the right shape for ", g.module);
+    std::memcpy(params_.data() + g.a_offset, it->second.first.data<float>(), static_cast<size_t>(options_.rank * g.in) * sizeof(float));
+    std::memcpy(params_.data() + g.b_offset, it->second.second.data<float>(),
+                static_cast<size_t>(g.out * options_.rank) * sizeof(float));
   }
 }
 

@@ -47,9 +47,11 @@ class LoraAdapters {
   // grads() = the projection of model.grads() onto the factors (overwrites).
   void project_grads(const TrainModel& model);
 
-  // DIR/adapter_model.safetensors + DIR/adapter_config.json (PEFT layout).
-  void save(const std::string& dir) const;
-  // Reads factors saved by save() (resume); rank and targets must match.
+  // DIR/adapter_model.safetensors + DIR/adapter_config.json (PEFT layout; base_model, when
+  // given, as base_model_name_or_path).
+  void save(const std::string& dir, const std::string& base_model = "") const;
+  // Reads factors saved by save() (resume) through model::load_lora; rank, alpha and the
+  // adapted projections must match.
   void load(const std::string& dir);
 
  private:

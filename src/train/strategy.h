@@ -21,9 +21,15 @@ inline constexpr int kMaxMetrics = 4;
 struct MicroStats {
   double loss_sum = 0.0;    // Σ loss over the units the loss averages over
   int64_t num_targets = 0;  // those units: counted target tokens (seq, sft), pairs (dpo)
-  // Σ over the same units of the strategy's metrics (metric_names(), in order).
+  // Σ over the same units of the strategy's metrics (Strategy::metrics(), in order).
   std::array<double, kMaxMetrics> metric_sums{};
   double loss() const { return num_targets > 0 ? loss_sum / static_cast<double>(num_targets) : 0.0; }
+  // Sums of several micro-batches (an update, a validation).
+  void add(const MicroStats& o) {
+    loss_sum += o.loss_sum;
+    num_targets += o.num_targets;
+    for (int k = 0; k < kMaxMetrics; ++k) metric_sums[k] += o.metric_sums[k];
+  }
 };
 
 class Strategy {

@@ -80,17 +80,6 @@ std::string latest_checkpoint(const std::string& output) {
   return best.empty() ? std::string() : (root / best).string();
 }
 
-void copy_tokenizer_files(const std::string& tokenizer_dir, const fs::path& dst) {
-  if (tokenizer_dir.empty()) return;
-  std::error_code ec;
-  const fs::path src = fs::is_directory(tokenizer_dir) ? fs::path(tokenizer_dir) : fs::path(tokenizer_dir).parent_path();
-  for (const char* f : {"tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "special_tokens_map.json"}) {
-    if (!fs::exists(src / f) || (fs::exists(dst / f) && fs::equivalent(src / f, dst / f))) continue;
-    fs::copy_file(src / f, dst / f, fs::copy_options::overwrite_existing, ec);
-    ASTRAI_CHECK(!ec, "cannot copy ", (src / f).string(), " to ", dst.string(), ": ", ec.message());
-  }
-}
-
 std::string format_duration(double s) {
   if (!std::isfinite(s) || s < 0) return "?";
   const long t = std::lround(s);
@@ -167,6 +156,8 @@ class Run {
   std::unique_ptr<AdamW> adam_;          // over the model's parameters, or the LoRA factors
   std::unique_ptr<LoraAdapters> lora_;   // --lora-rank > 0
   std::unique_ptr<Strategy> strategy_;
+  std::vector<Strategy::Metric> metrics_;  // strategy_->metrics()
+  const bool tty_ = ::isatty(2) != 0;      // progress redrawn in place
   LocalCommunicator comm_;
   std::unique_ptr<BatchSource> source_;
   std::unique_ptr<data::Sampler> sampler_;
@@ -224,6 +215,7 @@ void Run::setup_model() {
   // DPO's reference policy: the starting weights (--model, or the seeded init of --config,
   // which a resume rebuilds identically before loading the checkpoint).
   strategy_ = make_strategy(so, *model_);
+  metrics_ = strategy_->metrics();
 }
 
 void Run::setup_data() {
@@ -276,10 +268,7 @@ MicroStats Run::validate() {
   for (int64_t i = 0; i < n; i += o_.batch_size) {
     std::vector<int64_t> idx(val_pool_.begin() + i, val_pool_.begin() + std::min(n, i + o_.batch_size));
     source_->fill(idx, &b);
-    const MicroStats s = strategy_->evaluate(*model_, b);
-    total.loss_sum += s.loss_sum;
-    total.num_targets += s.num_targets;
-    for (int k = 0; k < kMaxMetrics; ++k) total.metric_sums[k] += s.metric_sums[k];
+    total.add(strategy_->evaluate(*model_, b));
   }
   std::array<double, 2 + kMaxMetrics> agg{total.loss_sum, static_cast<double>(total.num_targets)};
   std::copy(total.metric_sums.begin(), total.metric_sums.end(), agg.begin() + 2);
@@ -303,9 +292,8 @@ Json Run::validation_record() {
 }
 
 void Run::add_metrics(const MicroStats& s, const std::string& prefix, Json* rec) const {
-  const auto metrics = strategy_->metrics();
-  for (size_t k = 0; k < metrics.size(); ++k)
-    (*rec)[prefix + metrics[k].key] = s.num_targets > 0 ? s.metric_sums[k] / static_cast<double>(s.num_targets) : 0.0;
+  for (size_t k = 0; k < metrics_.size(); ++k)
+    (*rec)[prefix + metrics_[k].key] = s.num_targets > 0 ? s.metric_sums[k] / static_cast<double>(s.num_targets) : 0.0;
 }
 
 void Run::print_progress(const Json& rec, double seconds_per_step, int64_t first_step) const {
@@ -313,7 +301,7 @@ void Run::print_progress(const Json& rec, double seconds_per_step, int64_t first
   std::string bar(static_cast<size_t>(width * step_ / total_steps_), '=');
   bar.resize(width, ' ');
   std::string line = str_cat("step ", step_, "/", total_steps_, " [", bar, "] loss ", fixed(rec["loss"], 4));
-  for (const auto& m : strategy_->metrics())
+  for (const auto& m : metrics_)
     if (!m.label.empty()) line += str_cat(" ", m.label, " ", fixed(rec[m.key], 3));
   if (rec.contains("reward_mean")) line += " reward " + fixed(rec["reward_mean"], 3);
   char rates[96];
@@ -324,7 +312,7 @@ void Run::print_progress(const Json& rec, double seconds_per_step, int64_t first
   if (rec.contains("val_reward_mean")) line += " val reward " + fixed(rec["val_reward_mean"], 3);
   const bool last = step_ == total_steps_;
   const bool validated = rec.contains("val_loss") || rec.contains("val_reward_mean");
-  if (::isatty(2)) std::fprintf(stderr, "\r%s\033[K%s", line.c_str(), last ? "\n" : "");
+  if (tty_) std::fprintf(stderr, "\r%s\033[K%s", line.c_str(), last ? "\n" : "");
   else if (last || validated || step_ % 10 == 0 || step_ == first_step + 1)
     std::fprintf(stderr, "%s\n", line.c_str());
 }
@@ -332,12 +320,7 @@ void Run::print_progress(const Json& rec, double seconds_per_step, int64_t first
 // The trained weights: an HF checkpoint, or with LoRA the adapter in the PEFT layout.
 void Run::save_weights(const std::string& dir) const {
   if (!lora_) return save_hf_weights(dir, *model_, config_);
-  lora_->save(dir);
-  if (!o_.model_dir.empty()) {  // PEFT's pointer to the base model
-    Json c = read_json_file(dir + "/adapter_config.json");
-    c["base_model_name_or_path"] = fs::absolute(o_.model_dir).lexically_normal().string();
-    write_file_atomic(dir + "/adapter_config.json", c.dump(2));
-  }
+  lora_->save(dir, o_.model_dir.empty() ? "" : fs::absolute(o_.model_dir).lexically_normal().string());
 }
 
 void Run::save_checkpoint(int64_t step) {
@@ -359,7 +342,7 @@ void Run::save_checkpoint(int64_t step) {
   state["options"] = options_fingerprint(o_);
   state["total_steps"] = total_steps_;
   strategy_->save_state(tmp.string());
-  copy_tokenizer_files(tokenizer_dir_, tmp);
+  tokenizer::copy_tokenizer_files(tokenizer_dir_, tmp.string());
   // trainer_state.json last: a directory without it is never taken for a checkpoint.
   write_file_atomic((tmp / "trainer_state.json").string(), state.dump(2));
   if (fs::exists(final_dir)) fs::remove_all(final_dir);
@@ -472,8 +455,7 @@ TrainResult Run::go() {
       const MicroStats s = strategy_->run(*model_, batch, 1.0f / static_cast<float>(o_.grad_accum));
       loss += s.loss() / static_cast<double>(o_.grad_accum);
       tokens += batch.num_tokens();
-      step_stats.num_targets += s.num_targets;
-      for (int k = 0; k < kMaxMetrics; ++k) step_stats.metric_sums[k] += s.metric_sums[k];
+      step_stats.add(s);
     }
     if (lora_) lora_->project_grads(*model_);
     FloatBuffer& params = lora_ ? lora_->params() : model_->params();
@@ -516,7 +498,7 @@ TrainResult Run::go() {
     const bool stop = g_stop_signal.load() != 0 && step_ % o_.ppo_epochs == 0;
     if (last || stop || (o_.ckpt_interval > 0 && step_ % o_.ckpt_interval == 0)) save_checkpoint(step_);
     if (stop) {
-      if (::isatty(2) && o_.progress) std::fprintf(stderr, "\n");
+      if (tty_ && o_.progress) std::fprintf(stderr, "\n");
       log_warn("stopped by signal ", g_stop_signal.load(), " after update ", step_, "; checkpoint ", last_ckpt_,
                " (continue with --resume)");
       result.interrupted = true;
@@ -526,7 +508,7 @@ TrainResult Run::go() {
   if (!result.interrupted) {
     if (step_ == first_step && !last_ckpt_.empty()) log_info("nothing to do: ", last_ckpt_, " is at step ", step_);
     save_weights(o_.output_dir);
-    copy_tokenizer_files(tokenizer_dir_, o_.output_dir);
+    tokenizer::copy_tokenizer_files(tokenizer_dir_, o_.output_dir);
   }
   result.steps_done = step_;
   result.last_checkpoint = last_ckpt_;

@@ -101,8 +101,7 @@ int main(int argc, char** argv) {
       for (const auto& b : micro) {
         const MicroStats s = strategy->run(model, b, 1.0f / static_cast<float>(micro.size()));
         loss += s.loss() / micro.size();
-        sums.num_targets += s.num_targets;
-        for (int k = 0; k < kMaxMetrics; ++k) sums.metric_sums[k] += s.metric_sums[k];
+        sums.add(s);
       }
       std::vector<double> means;
       for (size_t k = 0; k < strategy->metrics().size(); ++k) means.push_back(sums.metric_sums[k] / sums.num_targets);

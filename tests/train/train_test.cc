@@ -2,6 +2,7 @@
 // differences (in double, through the f32 kernels), schedules, AdamW and clipping, the
 // inference view over live trainer weights, and HF save/load round trips.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
@@ -23,6 +24,8 @@
 #include "model/transformer.h"
 #include "infer/backend.h"
 #include "infer/engine.h"
+#include "data/shard.h"
+#include "train/batch_source.h"
 #include "train/dpo.h"
 #include "train/rewards.h"
 #include "train/live_model.h"
@@ -460,6 +463,36 @@ TEST(TrainRewards, ExactMatchRegexCommand) {
   RewardInput big{"p", std::string(1 << 20, 'x'), ""};
   EXPECT_THROW(make_reward("command:exit 1", 5.0)->score(big), Error);
   EXPECT_EQ(make_reward("command:cat > /dev/null; echo 0.5", 5.0)->score(big), 0.5);
+}
+
+// Datasets reach the train type that reads them: HDF5 imports ("imported") and preprocessed
+// text ("lm") train with seq/sft; preference pairs and prompts are clear errors there.
+TEST(TrainBatchSource, DatasetKinds) {
+  const auto root = std::filesystem::temp_directory_path() / ("astrai_batch_source_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(root);
+  auto write = [&](const std::string& name, const char* kind) {
+    data::ShardWriter w((root / name).string());
+    w.add_key("sequence", DType::kI32, true);
+    std::vector<int32_t> ids(100);
+    for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(i % 50);
+    w.add_record("sequence", ids);
+    w.finish({{"kind", kind}});
+    return (root / name).string();
+  };
+  auto imported = open_batch_source("seq", write("imported", "imported"), 8, 50);
+  EXPECT_EQ(imported->size(), 12);
+  TrainBatch b;
+  imported->fill({0, 1}, &b);
+  EXPECT_EQ(b.num_tokens(), 16);
+  for (const auto& [kind, needle] : {std::pair{"preference", "--train-type dpo"}, std::pair{"prompt", "grpo"}}) {
+    try {
+      open_batch_source("sft", write(kind, kind), 8, 50);
+      ADD_FAILURE() << kind << " data was accepted by sft";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  }
+  std::filesystem::remove_all(root);
 }
 
 // GRPO's policy versions: an engine on the trainer's live weights must not serve a prefix
