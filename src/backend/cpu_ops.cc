@@ -5,6 +5,9 @@
 #include <cstring>
 #include <vector>
 
+#include <cblas.h>
+
+#include "backend/dropout_mask.h"
 #include "backend/ops.h"
 #include "base/error.h"
 #include "kernels/cpu/activation.h"
@@ -31,6 +34,25 @@ kernels::AttentionDims attention_dims(const AttnDims& d) {
 // Parallel loops only when there is enough work to pay for waking the team (decode steps
 // move a few hundred floats).
 constexpr int64_t kParallelMin = 1 << 14;
+
+// dx (+)= dy · W for a bf16/f16 W [n, k] (a frozen base read where it is mapped): W is
+// converted to f32 a block of rows at a time into a buffer that grows once, then SGEMM.
+void linear_backward_dx_lowp(const float* dy, int64_t m, const Weight& w, float* dx, bool accumulate_dx) {
+  constexpr int64_t kRows = 128;
+  thread_local std::vector<float> block;
+  const int64_t n = w.rows, k = w.cols;
+  block.resize(static_cast<size_t>(std::min(n, kRows) * k));
+  const auto* bytes = static_cast<const uint8_t*>(w.data);
+  for (int64_t n0 = 0; n0 < n; n0 += kRows) {
+    const int64_t rows = std::min(kRows, n - n0);
+    convert_to_f32(w.dtype, bytes + static_cast<size_t>(n0 * k) * dtype_size(w.dtype), block.data(),
+                   static_cast<size_t>(rows * k));
+    const float beta = n0 == 0 && !accumulate_dx ? 0.0f : 1.0f;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(m), static_cast<int>(k),
+                static_cast<int>(rows), 1.0f, dy + n0, static_cast<int>(n), block.data(), static_cast<int>(k), beta,
+                dx, static_cast<int>(k));
+  }
+}
 
 class CpuOps final : public Ops {
  public:
@@ -163,8 +185,11 @@ class CpuOps final : public Ops {
 
   void linear_backward(const float* dy, const float* x, int64_t m, const Weight& w, float* dx, bool accumulate_dx,
                        float* dw, float* db) const override {
-    ASTRAI_CHECK(w.dtype == DType::kF32, "linear backward: weights must be f32, not ", dtype_name(w.dtype));
-    kernels::linear_backward_f32(dy, x, m, w.f32(), w.rows, w.cols, dx, accumulate_dx, dw, db);
+    if (w.dtype == DType::kF32)
+      return kernels::linear_backward_f32(dy, x, m, w.f32(), w.rows, w.cols, dx, accumulate_dx, dw, db);
+    ASTRAI_CHECK(dw == nullptr && db == nullptr, "linear backward: a ", dtype_name(w.dtype),
+                 " weight is frozen (its gradient is formed for f32 weights only)");
+    if (m > 0 && dx != nullptr) linear_backward_dx_lowp(dy, m, w, dx, accumulate_dx);
   }
 
   void rmsnorm_backward(const float* dy, const float* x, const float* w, const float* rstd, int64_t rows, int64_t dim,
@@ -220,6 +245,12 @@ class CpuOps final : public Ops {
         for (int64_t c = c0; c < c1; ++c) dst[c] += src[c];
       }
     }
+  }
+
+  void dropout(const float* x, int64_t n, float p, uint64_t seed, float* y) const override {
+    const float scale = 1.0f / (1.0f - p);
+#pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
+    for (int64_t i = 0; i < n; ++i) y[i] = dropout_keep(seed, i, p) ? x[i] * scale : 0.0f;
   }
 
   void copy(const float* src, int64_t n, float* dst) const override {

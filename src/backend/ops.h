@@ -116,9 +116,13 @@ class Ops {
   virtual void mul(const float* a, const float* b, int64_t n, float* out) const = 0;
   // out = silu(gate) ∘ up (out may alias gate or up).
   virtual void swiglu(const float* gate, const float* up, int64_t n, float* out) const = 0;
+  // Training dropout with the mask of backend/dropout_mask.h: y = x ∘ keep(seed, i) / (1 − p)
+  // (y may alias x). Linear in x, so the backward is the same call on the gradient.
+  virtual void dropout(const float* x, int64_t n, float p, uint64_t seed, float* y) const = 0;
 
-  // ---- backward (training: f32 weights and gradients) ----
-  // dx (+)= dy · W; dw += dy^T · x; db += Σ_rows dy (db may be null).
+  // ---- backward (training: f32 gradients; weights f32, or bf16/f16 when frozen: CPU only) ----
+  // dx (+)= dy · W; dw += dy^T · x; db += Σ_rows dy (dw and db may be null: frozen weights;
+  // they must be for a bf16/f16 W).
   virtual void linear_backward(const float* dy, const float* x, int64_t m, const Weight& w, float* dx,
                                bool accumulate_dx, float* dw, float* db) const = 0;
   virtual void rmsnorm_backward(const float* dy, const float* x, const float* w, const float* rstd, int64_t rows,

@@ -9,6 +9,7 @@
 // buffers that grow and are reused. Work goes to the default stream; copies from the host
 // are synchronous, so a reused index buffer is never overwritten under a running kernel.
 #include "backend/cuda/cuda_ops.h"
+#include "backend/dropout_mask.h"
 
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
@@ -128,6 +129,11 @@ __device__ float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
 __global__ void sigmoid_kernel(const float* x, int64_t n, float* y) {
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i < n) y[i] = sigmoidf(x[i]);
+}
+
+__global__ void dropout_kernel(const float* x, int64_t n, float p, uint64_t seed, float* y) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i < n) y[i] = dropout_keep(seed, i, p) ? x[i] * (1.0f / (1.0f - p)) : 0.0f;
 }
 
 __global__ void swiglu_kernel(const float* gate, const float* up, int64_t n, float* out) {
@@ -658,6 +664,12 @@ class CudaOps final : public Ops {
     check_launch("swiglu");
   }
 
+  void dropout(const float* x, int64_t n, float p, uint64_t seed, float* y) const override {
+    if (n == 0) return;
+    dropout_kernel<<<blocks_for(n), kThreads>>>(x, n, p, seed, y);
+    check_launch("dropout");
+  }
+
   void linear_backward(const float* dy, const float* x, int64_t m, const Weight& w, float* dx, bool accumulate_dx,
                        float* dw, float* db) const override {
     ASTRAI_CHECK(w.dtype == DType::kF32, "CUDA linear backward: weights must be f32, not ", dtype_name(w.dtype));
@@ -671,8 +683,9 @@ class CudaOps final : public Ops {
                            dx, k),
                "linear backward dx");
     // dw[n, k] += dy^T · x: column-major dw^T = x^T · dy.
-    check_blas(cublasSgemm(blas_, CUBLAS_OP_N, CUBLAS_OP_T, k, n, mm, &one, x, k, dy, n, &one, dw, k),
-               "linear backward dw");
+    if (dw != nullptr)
+      check_blas(cublasSgemm(blas_, CUBLAS_OP_N, CUBLAS_OP_T, k, n, mm, &one, x, k, dy, n, &one, dw, k),
+                 "linear backward dw");
     if (db != nullptr) {
       column_sum_kernel<<<blocks_for(n), kThreads>>>(dy, m, n, db);
       check_launch("linear backward db");
@@ -683,8 +696,10 @@ class CudaOps final : public Ops {
                         float* dx, bool accumulate_dx, float* dw) const override {
     if (rows == 0) return;
     // dw first: dx may overwrite dy.
-    rmsnorm_dw_kernel<<<blocks_for(dim), kThreads>>>(dy, x, rstd, rows, dim, dw);
-    check_launch("rmsnorm backward dw");
+    if (dw != nullptr) {
+      rmsnorm_dw_kernel<<<blocks_for(dim), kThreads>>>(dy, x, rstd, rows, dim, dw);
+      check_launch("rmsnorm backward dw");
+    }
     rmsnorm_dx_kernel<<<static_cast<unsigned>(rows), kThreads>>>(dy, x, w, rstd, dim, dx, accumulate_dx);
     check_launch("rmsnorm backward dx");
   }
