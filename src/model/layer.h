@@ -68,12 +68,35 @@ struct LayerGradScratch {
   float *d_a = nullptr, *d_b = nullptr, *d_h = nullptr, *d_kvb = nullptr, *d_lat = nullptr;
 };
 
-void layer_forward(const backend::Ops& ops, const ModelConfig& c, const LayerView& w, const LayerInput& in,
-                   const LayerActs& A, ForwardClock& clock);
+// A LoRA adapter on one projection (training, train/lora.h): out += dropout(x)·Aᵀ·B̃ᵀ, where
+// B̃ = s·B is kept pre-scaled by the owner. u = dropout(x)·Aᵀ [T, r] is saved for the
+// backward, which adds dL/dA into da and dL/dB̃ into db and the adapter's share of dL/dx.
+// The dropout mask is backend/dropout_mask.h's of `seed`, so the backward redraws it.
+struct ProjectionLora {
+  backend::Weight a, b;  // [r, in], [out, r] (f32)
+  float* u = nullptr;    // [T, r]
+  float *da = nullptr, *db = nullptr;
+  float dropout = 0.0f;
+  uint64_t seed = 0;
+  bool defined() const { return a.defined(); }
+};
 
-// Given dres = d(loss)/d(x_out), accumulates the layer's parameter gradients into g and
-// leaves d(loss)/d(x_in) in dres. Reads what layer_forward saved in A (every save slot set).
+// The adapters of one layer (undefined where a projection has none) and the scratch they
+// share: xd, dxd [T, widest input], tmp [T, widest output], du [T, r].
+struct LayerLora {
+  ProjectionLora q, k, v, o, gate_proj, up_proj, down_proj;
+  float *xd = nullptr, *dxd = nullptr, *tmp = nullptr, *du = nullptr;
+};
+
+// lora (may be null): adapters added to the projections' outputs.
+void layer_forward(const backend::Ops& ops, const ModelConfig& c, const LayerView& w, const LayerInput& in,
+                   const LayerActs& A, ForwardClock& clock, const LayerLora* lora = nullptr);
+
+// Given dres = d(loss)/d(x_out), accumulates the layer's parameter gradients into g (null
+// slots: frozen, skipped) and the adapters' into theirs, and leaves d(loss)/d(x_in) in dres.
+// Reads what layer_forward saved in A (every save slot set) and in the adapters.
 void layer_backward(const backend::Ops& ops, const ModelConfig& c, const LayerView& w, const LayerParams<float*>& g,
-                    const LayerInput& in, const LayerActs& A, const LayerGradScratch& s, float* dres);
+                    const LayerInput& in, const LayerActs& A, const LayerGradScratch& s, float* dres,
+                    const LayerLora* lora = nullptr);
 
 }  // namespace astrai::model
