@@ -15,7 +15,7 @@ ctest --preset release -j "$jobs"
 
 if [ "${ASTRAI_SKIP_ASAN:-0}" != 1 ]; then
   cmake --preset asan
-  cmake --build --preset asan -j "$jobs"
+  cmake --build --preset asan -j "$jobs" --target astrai_unit_tests  # the unit tests' binaries only
   ctest --preset asan -j "$jobs"
 fi
 
