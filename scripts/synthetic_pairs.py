@@ -7,11 +7,12 @@ to prefer the chosen answers has learned to look back at the prompt (an attentio
 held-out pairs (other word sequences) test generalisation, not memory.
 
 usage: synthetic_pairs.py --pairs N --seed S --output pairs.jsonl [--corpus corpus.txt]
-                          [--prompts prompts.jsonl] [--sft sft.jsonl]
+                          [--prompts prompts.jsonl] [--sft sft.jsonl] [--task last|first]
   --corpus also writes a text (prompts and both answers) to train a tokenizer on;
   --prompts also writes the prompts with their answer ({"prompt", "answer"}: GRPO with the
   exact-match reward); --sft also writes {"prompt", "response"} records with the chosen
-  answer (supervised fine-tuning on the format).
+  answer (supervised fine-tuning on the format); --task first asks for the FIRST word instead
+  (a second skill on the same words: fine-tuning a model of one task to the other).
 """
 import argparse
 import json
@@ -21,11 +22,12 @@ WORDS = ("apple river stone cloud tiger lemon chair piano rocket garden window s
          "forest candle bridge mirror planet honey castle ocean pepper violin marble desert").split()
 
 
-def pair(rng):
+def pair(rng, task="last"):
     words = rng.sample(WORDS, rng.randint(3, 6))
     other = rng.choice([w for w in WORDS if w not in words])
-    prompt = "Repeat the last word: " + " ".join(words) + "\nAnswer:"
-    return {"prompt": prompt, "chosen": " " + words[-1] + ".", "rejected": " " + other + "."}
+    prompt = f"Repeat the {task} word: " + " ".join(words) + "\nAnswer:"
+    answer = words[-1] if task == "last" else words[0]
+    return {"prompt": prompt, "chosen": " " + answer + ".", "rejected": " " + other + "."}
 
 
 def main():
@@ -36,9 +38,10 @@ def main():
     ap.add_argument("--corpus")
     ap.add_argument("--prompts")
     ap.add_argument("--sft")
+    ap.add_argument("--task", choices=("last", "first"), default="last")
     a = ap.parse_args()
     rng = random.Random(a.seed)
-    records = [pair(rng) for _ in range(a.pairs)]
+    records = [pair(rng, a.task) for _ in range(a.pairs)]
     with open(a.output, "w") as f:
         for r in records:
             f.write(json.dumps(r) + "\n")

@@ -79,12 +79,9 @@ void setup_train(CLI::App& app) {
   cmd->add_option("--lora-targets", *targets, "projections that get adapters: any of q,k,v,o,gate,up,down")
       ->capture_default_str()
       ->each([opts](const std::string& v) { opts->lora.targets = train::parse_lora_targets(v); });
-  cmd->add_option_function<double>(
-      "--lora-dropout",
-      [](double p) {
-        ASTRAI_CHECK(p == 0.0, "--lora-dropout ", p, ": dropout on the adapter input is not implemented (only 0)");
-      },
-      "dropout on the adapter input: only 0 is implemented");
+  cmd->add_option("--lora-dropout", opts->lora.dropout,
+                  "dropout on each adapter's input in training forwards, in [0, 1) (none in validation)")
+      ->capture_default_str();
   cmd->add_option("--ckpt-interval", opts->ckpt_interval, "checkpoint every N updates (0 = at the end)");
   cmd->add_option("--val-split", opts->val_split,
                   "fraction of samples held out for validation (grpo: prompts, validated by their mean reward)");

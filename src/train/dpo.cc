@@ -47,9 +47,7 @@ DpoStrategy::DpoStrategy(const DpoOptions& options, const TrainModel& reference)
                o_.label_smoothing, ")");
   ASTRAI_CHECK(o_.loss == DpoLoss::kSigmoid || o_.label_smoothing == 0,
                "--dpo-label-smoothing applies to the sigmoid loss only, not to ipo");
-  // Forward only: recomputation mode keeps just each layer's input, the least memory.
-  reference_ = std::make_unique<TrainModel>(reference.config(), /*recompute=*/true, /*trainable=*/false);
-  reference_->copy_parameters_from(reference);
+  reference_ = make_reference(reference);
 }
 
 std::vector<Strategy::Metric> DpoStrategy::metrics() const {

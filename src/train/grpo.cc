@@ -23,8 +23,11 @@ GrpoStrategy::GrpoStrategy(const GrpoOptions& options, const TrainModel& referen
   ASTRAI_CHECK(o_.clip_eps > 0 && o_.clip_eps < 1, "--clip-eps must be in (0, 1) (got ", o_.clip_eps, ")");
   ASTRAI_CHECK(o_.kl_coef >= 0 && std::isfinite(o_.kl_coef), "--kl-coef must be >= 0 (got ", o_.kl_coef, ")");
   ASTRAI_CHECK(o_.ref_sync_interval >= 0, "--ref-sync-interval must be >= 0");
-  reference_ = std::make_unique<TrainModel>(reference.config(), /*recompute=*/true, /*trainable=*/false);
-  reference_->copy_parameters_from(reference);
+  // Under LoRA the reference is the frozen base itself, which a sync would have to replace.
+  ASTRAI_CHECK(reference.trainable() || o_.ref_sync_interval == 0,
+               "--ref-sync-interval is not supported with LoRA (the reference is the frozen base model)");
+  reference_ = make_reference(reference);
+  reference_is_base_ = !reference.trainable();
 }
 
 std::vector<Strategy::Metric> GrpoStrategy::metrics() const {
@@ -94,11 +97,13 @@ void GrpoStrategy::after_update(int64_t step, const TrainModel& policy) {
 }
 
 void GrpoStrategy::save_state(const std::string& dir) const {
+  if (reference_is_base_) return;  // the base checkpoint is the reference
   write_safetensors_f32(dir + "/" + kReferenceFile,
                         {{"reference", {static_cast<int64_t>(reference_->params().size())}, reference_->params().data()}});
 }
 
 void GrpoStrategy::load_state(const std::string& dir) {
+  if (reference_is_base_) return;
   auto t = read_safetensors(dir + "/" + kReferenceFile);
   auto it = t.find("reference");
   ASTRAI_CHECK(it != t.end() && it->second.dtype() == DType::kF32 &&

@@ -45,6 +45,7 @@ class GrpoStrategy final : public Strategy {
 
   GrpoOptions o_;
   std::unique_ptr<TrainModel> reference_;
+  bool reference_is_base_ = false;  // LoRA: a view of the frozen base, never synced or saved
   std::vector<float> logp_, ref_logp_, dlogp_;
 };
 

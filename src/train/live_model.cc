@@ -2,14 +2,12 @@
 
 namespace astrai::train {
 
-model::ModelWeights live_weights(const TrainModel& m, const model::ModelConfig& config) {
-  const auto views = tensor_views(m.layout(), m.params());
-  model::TensorMap map(views.begin(), views.end());
-  return model::ModelWeights::from_tensors(config, map, "trainer parameters");
+model::ModelWeights live_weights(const model::TensorMap& weights, const model::ModelConfig& config) {
+  return model::ModelWeights::from_tensors(config, weights, "trainer parameters");
 }
 
 void save_hf_weights(const std::string& dir, const TrainModel& m, const model::ModelConfig& config) {
-  model::save_checkpoint(dir, config, live_weights(m, config), DType::kF32);
+  model::save_checkpoint(dir, config, live_weights(m.weights(), config), DType::kF32);
 }
 
 }  // namespace astrai::train

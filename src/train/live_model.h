@@ -3,16 +3,17 @@
 #pragma once
 
 #include "model/config.h"
+#include "model/safetensors.h"
 #include "model/transformer.h"
 #include "model/weights.h"
 #include "train/model.h"
 
 namespace astrai::train {
 
-// ModelWeights whose tensors are views of the trainer's parameter buffer (no copy): a
-// Transformer built on them sees every optimizer update (GRPO rollouts on live weights).
-// The views keep the buffer alive.
-model::ModelWeights live_weights(const TrainModel& model, const model::ModelConfig& config);
+// ModelWeights over views of the trainer's weights (TrainModel::weights(), or LoRA's merged
+// weights; no copy): a Transformer built on them sees every optimizer update (GRPO rollouts
+// on live weights). The views keep the memory alive.
+model::ModelWeights live_weights(const model::TensorMap& weights, const model::ModelConfig& config);
 
 // Writes DIR/config.json + DIR/model.safetensors (f32) of the current parameters, loadable
 // by model::load_checkpoint and every `astrai` command.

@@ -1,5 +1,6 @@
 #include "train/lora.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -45,12 +46,29 @@ std::vector<std::string> parse_lora_targets(const std::string& list) {
   return out;
 }
 
-LoraAdapters::LoraAdapters(const TrainModel& model, const LoraOptions& options, uint64_t seed) : options_(options) {
+namespace {
+
+// The layer index of "model.layers.12.mlp.up_proj.weight".
+int64_t layer_of(const std::string& name) {
+  const std::string prefix = "model.layers.";
+  return std::stoll(name.substr(prefix.size(), name.find('.', prefix.size()) - prefix.size()));
+}
+
+int64_t projection_index(const std::string& target) {
+  static const std::vector<std::string> order = {"q", "k", "v", "o", "gate", "up", "down"};  // kLoraProjections
+  return std::find(order.begin(), order.end(), target) - order.begin();
+}
+
+}  // namespace
+
+LoraAdapters::LoraAdapters(const TrainModel& base, const LoraOptions& options, uint64_t seed)
+    : options_(options), num_layers_(base.config().num_hidden_layers), base_weights_(base.weights()) {
   ASTRAI_CHECK(options_.rank > 0, "--lora-rank must be positive");
   ASTRAI_CHECK(options_.alpha > 0, "--lora-alpha must be positive");
-  size_t total = 0, base_total = 0;
+  ASTRAI_CHECK(options_.dropout >= 0 && options_.dropout < 1, "--lora-dropout must be in [0, 1), got ", options_.dropout);
+  size_t total = 0;
   std::vector<int> used(options_.targets.size(), 0);
-  for (const auto& s : model.layout().specs()) {
+  for (const auto& s : base.layout().specs()) {
     const std::string t = target_of(s.name);
     size_t which = options_.targets.size();
     for (size_t i = 0; i < options_.targets.size(); ++i)
@@ -58,16 +76,16 @@ LoraAdapters::LoraAdapters(const TrainModel& model, const LoraOptions& options, 
     if (t.empty() || which == options_.targets.size()) continue;
     ++used[which];
     Target g;
-    g.weight_offset = s.offset;
+    g.layer = layer_of(s.name);
+    g.projection = projection_index(t);
     g.out = s.shape[0];
     g.in = s.shape[1];
     g.module = s.name.substr(0, s.name.size() - std::string(".weight").size());
+    g.base = base_weights_.at(s.name);
     g.a_offset = total;
     total += static_cast<size_t>(options_.rank * g.in);
     g.b_offset = total;
     total += static_cast<size_t>(g.out * options_.rank);
-    g.base_offset = base_total;
-    base_total += s.numel;
     specs_.push_back({g.module + ".lora_A.weight", {options_.rank, g.in}, model::ParamKind::kMatrix, g.a_offset,
                       static_cast<size_t>(options_.rank * g.in)});
     specs_.push_back({g.module + ".lora_B.weight", {g.out, options_.rank}, model::ParamKind::kMatrix, g.b_offset,
@@ -75,15 +93,13 @@ LoraAdapters::LoraAdapters(const TrainModel& model, const LoraOptions& options, 
     targets_.push_back(g);
   }
   for (size_t i = 0; i < used.size(); ++i)
-    ASTRAI_CHECK(used[i] > 0, "--lora-targets: this ", model.config().model_type, " model has no ",
+    ASTRAI_CHECK(used[i] > 0, "--lora-targets: this ", base.config().model_type, " model has no ",
                  kModules.at(options_.targets[i]), " projection");
   params_ = FloatBuffer(total);
   grads_ = FloatBuffer(total);
-  base_.resize(base_total);
+  scaled_b_ = FloatBuffer(total);
   std::mt19937_64 rng(seed ^ 0x4c6f5241ull);
   for (const Target& g : targets_) {
-    std::memcpy(base_.data() + g.base_offset, model.params().data() + g.weight_offset,
-                static_cast<size_t>(g.out * g.in) * sizeof(float));
     // PEFT's default: kaiming_uniform(a = sqrt(5)) on A, i.e. U(-1/sqrt(in), 1/sqrt(in)); B = 0.
     std::uniform_real_distribution<float> u(-1.0f / std::sqrt(static_cast<float>(g.in)),
                                             1.0f / std::sqrt(static_cast<float>(g.in)));
@@ -91,41 +107,70 @@ LoraAdapters::LoraAdapters(const TrainModel& model, const LoraOptions& options, 
   }
 }
 
-void LoraAdapters::merge_into(TrainModel& model) const {
+std::vector<model::LayerLora> LoraAdapters::layer_adapters() const {
+  std::vector<model::LayerLora> layers(static_cast<size_t>(num_layers_));
   const int64_t r = options_.rank;
-  const double s = scale();
   for (const Target& g : targets_) {
-    model::lora_merge_matrix(base_.data() + g.base_offset, params_.data() + g.a_offset, params_.data() + g.b_offset,
-                             g.out, g.in, r, s, model.params().data() + g.weight_offset);
+    model::ProjectionLora& p = layers[static_cast<size_t>(g.layer)].*kLoraProjections[static_cast<size_t>(g.projection)];
+    p.a = backend::Weight{params_.data() + g.a_offset, DType::kF32, r, g.in};
+    p.b = backend::Weight{scaled_b_.data() + g.b_offset, DType::kF32, g.out, r};
+    p.da = grads_.data() + g.a_offset;
+    p.db = grads_.data() + g.b_offset;
+    p.dropout = static_cast<float>(options_.dropout);
+  }
+  return layers;
+}
+
+void LoraAdapters::zero_grads() { std::memset(grads_.data(), 0, grads_.size() * sizeof(float)); }
+
+void LoraAdapters::finish_grads() {
+  const float s = static_cast<float>(scale());
+  for (const Target& g : targets_) {
+    float* db = grads_.data() + g.b_offset;
+    for (int64_t i = 0; i < g.out * options_.rank; ++i) db[i] *= s;
   }
 }
 
-void LoraAdapters::project_grads(const TrainModel& model) {
-  const int64_t r = options_.rank;
-  const double s = scale();
+void LoraAdapters::refresh() {
+  const float s = static_cast<float>(scale());
   for (const Target& g : targets_) {
-    const float* A = params_.data() + g.a_offset;
-    const float* B = params_.data() + g.b_offset;
-    const float* G = model.grads().data() + g.weight_offset;
-    float* dA = grads_.data() + g.a_offset;
-    float* dB = grads_.data() + g.b_offset;
-#pragma omp parallel for schedule(static)
-    for (int64_t o = 0; o < g.out; ++o) {  // dB = s·G·Aᵀ
-      for (int64_t k = 0; k < r; ++k) {
-        double acc = 0;
-        for (int64_t i = 0; i < g.in; ++i) acc += static_cast<double>(G[o * g.in + i]) * A[k * g.in + i];
-        dB[o * r + k] = static_cast<float>(s * acc);
-      }
-    }
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < g.in; ++i) {  // dA = s·Bᵀ·G
-      for (int64_t k = 0; k < r; ++k) {
-        double acc = 0;
-        for (int64_t o = 0; o < g.out; ++o) acc += static_cast<double>(B[o * r + k]) * G[o * g.in + i];
-        dA[k * g.in + i] = static_cast<float>(s * acc);
-      }
-    }
+    const float* b = params_.data() + g.b_offset;
+    float* bs = scaled_b_.data() + g.b_offset;
+    for (int64_t i = 0; i < g.out * options_.rank; ++i) bs[i] = s * b[i];
   }
+  if (merged_.size() > 0) merge();
+}
+
+void LoraAdapters::merge() {
+  for (size_t i = 0; i < targets_.size(); ++i) {
+    const Target& g = targets_[i];
+    float* dst = merged_.data() + merged_offsets_[i];
+    const float* base = g.base.data<float>();
+    if (g.base.dtype() != DType::kF32) {  // a bf16/f16 base: widened in place first
+      convert_to_f32(g.base.dtype(), g.base.raw(), dst, static_cast<size_t>(g.out * g.in));
+      base = dst;
+    }
+    model::lora_merge_matrix(base, params_.data() + g.a_offset, params_.data() + g.b_offset, g.out, g.in,
+                             options_.rank, scale(), dst);
+  }
+}
+
+std::map<std::string, Tensor> LoraAdapters::merged_weights() {
+  if (merged_.size() == 0) {
+    size_t total = 0;
+    for (const Target& g : targets_) {
+      merged_offsets_.push_back(total);
+      total += static_cast<size_t>((g.out * g.in + 15) / 16 * 16);
+    }
+    merged_ = FloatBuffer(total);
+    merge();
+  }
+  std::map<std::string, Tensor> out = base_weights_;
+  for (size_t i = 0; i < targets_.size(); ++i) {
+    const Target& g = targets_[i];
+    out.insert_or_assign(g.module + ".weight", buffer_view(merged_, merged_offsets_[i], {g.out, g.in}));
+  }
+  return out;
 }
 
 void LoraAdapters::save(const std::string& dir, const std::string& base_model) const {
@@ -135,7 +180,7 @@ void LoraAdapters::save(const std::string& dir, const std::string& base_model) c
   Json targets = Json::array();
   for (const auto& t : options_.targets) targets.push_back(kModules.at(t).substr(kModules.at(t).find('.') + 1));
   const Json config{{"peft_type", "LORA"},   {"r", options_.rank},     {"lora_alpha", options_.alpha},
-                    {"lora_dropout", 0.0},   {"target_modules", targets}, {"bias", "none"},
+                    {"lora_dropout", options_.dropout},   {"target_modules", targets}, {"bias", "none"},
                     {"use_rslora", false},   {"fan_in_fan_out", false},   {"task_type", "CAUSAL_LM"},
                     {"inference_mode", true}};
   Json config_with_base = config;

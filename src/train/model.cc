@@ -53,19 +53,29 @@ void bind_layer_acts(const model::ModelConfig& c, int64_t T, model::LayerActs& A
 }  // namespace
 
 TrainModel::TrainModel(const model::ModelConfig& config, bool recompute, bool trainable)
-    : cfg_(config),
-      recompute_(recompute),
-      trainable_(trainable),
-      layout_(cfg_),
-      params_(layout_.total()),
-      grads_(trainable ? layout_.total() : 0) {
+    : cfg_(config), recompute_(recompute), trainable_(trainable), layout_(cfg_), grads_(trainable ? layout_.total() : 0) {
   cfg_.validate("model config");
-  p_ = bind_tensors(cfg_, layout_, params_.data());
-  if (trainable_) g_ = bind_tensors(cfg_, layout_, grads_.data());
-  view_ = model::map_params<backend::Weight>(cfg_, p_, [](const model::ParamInfo& info, float* p) {
-    return backend::Weight{p, DType::kF32, info.shape[0], info.shape.size() > 1 ? info.shape[1] : 1};
-  });
+  if (trainable_) {
+    bind_params(bind_tensors(cfg_, layout_, owned_params()));
+    g_ = bind_tensors(cfg_, layout_, grads_.data());
+  } else {
+    g_.layers.resize(static_cast<size_t>(cfg_.num_hidden_layers));  // every gradient slot null
+  }
   if (cfg_.rope_scaling.type != model::RopeScalingType::kDynamic) model::rope_inv_freq_into(cfg_, 0, inv_freq_);
+}
+
+float* TrainModel::owned_params() {
+  if (params_.size() == 0) params_ = FloatBuffer(layout_.total());
+  return params_.data();
+}
+
+void TrainModel::bind_params(const ModelTensors& p, const std::map<std::string, DType>& dtypes) {
+  p_ = p;
+  view_ = model::map_params<backend::Weight>(cfg_, p_, [&](const model::ParamInfo& info, float* w) {
+    auto it = dtypes.find(info.name);
+    const DType dtype = it == dtypes.end() ? DType::kF32 : it->second;
+    return backend::Weight{w, dtype, info.shape[0], info.shape.size() > 1 ? info.shape[1] : 1};
+  });
 }
 
 void TrainModel::prepare(const TrainBatch& batch) {
@@ -111,6 +121,8 @@ size_t TrainModel::num_params() const {
 }
 
 void TrainModel::init_weights(uint64_t seed, float std) {
+  held_.clear();
+  bind_params(bind_tensors(cfg_, layout_, owned_params()));
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> normal(0.0f, std);
   for (const auto& s : layout_.specs()) {
@@ -121,22 +133,94 @@ void TrainModel::init_weights(uint64_t seed, float std) {
   }
 }
 
+namespace {
+
+const Tensor& checked_tensor(const std::map<std::string, Tensor>& tensors, const ParamSpec& s,
+                             const std::string& where) {
+  auto it = tensors.find(s.name);
+  ASTRAI_CHECK(it != tensors.end(), where, ": missing tensor \"", s.name, "\"");
+  ASTRAI_CHECK(it->second.shape() == s.shape, where, ": tensor \"", s.name, "\" has shape ",
+               shape_str(it->second.shape()), ", the config needs ", shape_str(s.shape));
+  return it->second;
+}
+
+}  // namespace
+
 void TrainModel::load_weights(const std::map<std::string, Tensor>& tensors, const std::string& where) {
+  float* base = owned_params();
   for (const auto& s : layout_.specs()) {
-    auto it = tensors.find(s.name);
-    ASTRAI_CHECK(it != tensors.end(), where, ": missing tensor \"", s.name, "\"");
-    ASTRAI_CHECK(it->second.shape() == s.shape, where, ": tensor \"", s.name, "\" has shape ",
-                 shape_str(it->second.shape()), ", the config needs ", shape_str(s.shape));
-    convert_to_f32(it->second.dtype(), it->second.raw(), params_.data() + s.offset, s.numel);
+    const Tensor& t = checked_tensor(tensors, s, where);
+    convert_to_f32(t.dtype(), t.raw(), base + s.offset, s.numel);
   }
+  held_.clear();
+  bind_params(bind_tensors(cfg_, layout_, base));
 }
 
 void TrainModel::copy_parameters_from(const TrainModel& other) {
   ASTRAI_CHECK(other.layout_.total() == layout_.total(), "copy_parameters_from: different architectures");
-  std::memcpy(params_.data(), other.params_.data(), layout_.total() * sizeof(float));
+  load_weights(other.weights(), "copy_parameters_from");
 }
 
-void TrainModel::zero_grads() { std::memset(grads_.data(), 0, grads_.size() * sizeof(float)); }
+void TrainModel::view_weights(const std::map<std::string, Tensor>& tensors, const std::string& where) {
+  ASTRAI_CHECK(!trainable_, "view_weights: the model is trainable (it owns its parameters)");
+  std::map<std::string, Tensor> held;
+  std::map<std::string, DType> dtypes;  // of the matrices read in place as bf16/f16
+  ModelTensors p;
+  size_t i = 0;  // the layout lists the parameters in the schema's order
+  model::for_each_param(cfg_, p, [&](const model::ParamInfo&, float*& slot) {
+    const ParamSpec& s = layout_.specs()[i++];
+    const Tensor& t = checked_tensor(tensors, s, where);
+    const bool aligned = reinterpret_cast<uintptr_t>(t.raw()) % dtype_size(t.dtype()) == 0;
+    // Matrices in f32, bf16 or f16 are read where they lie (the linear and embedding kernels
+    // take each); vectors (norms, biases) are read as f32, so those are converted.
+    const bool matrix = s.shape.size() == 2;
+    const bool in_place = aligned && (t.dtype() == DType::kF32 ||
+                                      (matrix && (t.dtype() == DType::kBF16 || t.dtype() == DType::kF16)));
+    if (in_place) {
+      slot = static_cast<float*>(t.raw());  // typed by `dtypes` for the backend
+      held.emplace(s.name, t);
+      if (t.dtype() != DType::kF32) dtypes.emplace(s.name, t.dtype());
+    } else {  // a small buffer of its own (the rest of the model is not allocated)
+      FloatBuffer converted(s.numel);
+      convert_to_f32(t.dtype(), t.raw(), converted.data(), s.numel);
+      slot = converted.data();
+      held.emplace(s.name, buffer_view(converted, 0, s.shape));
+    }
+  });
+  if (cfg_.tie_word_embeddings) p.lm_head = p.embed_tokens;  // map_params gives it the embedding's dtype
+  held_ = std::move(held);
+  bind_params(p, dtypes);
+}
+
+std::map<std::string, Tensor> TrainModel::weights() const {
+  return held_.empty() ? tensor_views(layout_, params_) : held_;
+}
+
+void TrainModel::set_adapters(std::vector<model::LayerLora> adapters, int64_t rank) {
+  ASTRAI_CHECK(adapters.empty() || static_cast<int64_t>(adapters.size()) == cfg_.num_hidden_layers,
+               "set_adapters: one entry per layer");
+  lora_ = std::move(adapters);
+  lora_rank_ = rank;
+  lora_dropout_.clear();
+  for (const auto& L : lora_)
+    for (auto which : kLoraProjections) lora_dropout_.push_back((L.*which).dropout);
+  capacity_ = 0;  // the adapters' activations are sized with the rest
+}
+
+const model::LayerLora* TrainModel::lora_of(int64_t l) {
+  if (lora_.empty()) return nullptr;
+  model::LayerLora& L = lora_[static_cast<size_t>(l)];
+  for (size_t k = 0; k < kLoraProjections.size(); ++k) {
+    model::ProjectionLora& p = L.*kLoraProjections[k];
+    p.dropout = training_ ? lora_dropout_[static_cast<size_t>(l) * kLoraProjections.size() + k] : 0.0f;
+    p.seed = lora_dropout_seed(dropout_seed_, l, static_cast<int64_t>(k));
+  }
+  return &L;
+}
+
+void TrainModel::zero_grads() {
+  if (grads_.size() > 0) std::memset(grads_.data(), 0, grads_.size() * sizeof(float));
+}
 
 void TrainModel::ensure_buffers(int64_t T) {
   if (T <= capacity_) return;
@@ -197,27 +281,57 @@ void TrainModel::ensure_buffers(int64_t T) {
   s.d_h = take(dsizes[9]);
   kvb_ = s.d_kvb = take(dsizes[10]);  // the forward's kv_b_proj output is dead by the backward's use
   s.d_lat = take(dsizes[11]);
+  if (!lora_.empty()) bind_lora_acts(T);
   capacity_ = T;
+}
+
+void TrainModel::bind_lora_acts(int64_t T) {
+  int64_t adapters = 0, max_in = 0, max_out = 0;
+  for (const auto& L : lora_)
+    for (auto which : kLoraProjections)
+      if ((L.*which).defined()) {
+        ++adapters;
+        max_in = std::max(max_in, (L.*which).a.cols);
+        max_out = std::max(max_out, (L.*which).b.rows);
+      }
+  const int64_t r = lora_rank_;
+  lora_acts_ = FloatBuffer(static_cast<size_t>((adapters + 1) * pad(T * r) + 2 * pad(T * max_in) + pad(T * max_out)));
+  float* cur = lora_acts_.data();
+  auto take = [&](int64_t n) {
+    float* p = cur;
+    cur += pad(n);
+    return p;
+  };
+  float *xd = take(T * max_in), *dxd = take(T * max_in), *tmp = take(T * max_out), *du = take(T * r);
+  for (auto& L : lora_) {
+    L.xd = xd;
+    L.dxd = dxd;
+    L.tmp = tmp;
+    L.du = du;
+    for (auto which : kLoraProjections)
+      if ((L.*which).defined()) (L.*which).u = take(T * r);
+  }
 }
 
 float* TrainModel::forward(const TrainBatch& batch) {
   const int64_t T = batch.num_tokens(), D = cfg_.hidden_size, layers = cfg_.num_hidden_layers;
   const float eps = static_cast<float>(cfg_.rms_norm_eps);
   ASTRAI_CHECK(T > 0, "training batch is empty");
+  ASTRAI_CHECK(p_.embed_tokens != nullptr, "the model has no weights (init, load or view them first)");
   ensure_buffers(T);
   prepare(batch);
   model::ForwardClock clock(profile_);
   ops_.embedding(view_.embed_tokens, batch.tokens.data(), T, layer_acts_[0].x_in);
   const model::LayerInput in = layer_input(batch);
   for (int64_t l = 0; l < layers; ++l)
-    model::layer_forward(ops_, cfg_, view_.layers[static_cast<size_t>(l)], in, acts_of(l), clock);
+    model::layer_forward(ops_, cfg_, view_.layers[static_cast<size_t>(l)], in, acts_of(l), clock, lora_of(l));
   ops_.rmsnorm(x_final_, T, D, view_.norm.f32(), eps, xf_, rstd_f_);
   ops_.linear(xf_, T, view_.lm_head, nullptr, logits_);
   return logits_;
 }
 
 void TrainModel::backward(const TrainBatch& batch, float* dlogits) {
-  ASTRAI_CHECK(trainable_, "backward on a frozen model (built with trainable = false)");
+  ASTRAI_CHECK(trainable_ || !lora_.empty(), "backward on a frozen model without adapters");
   const int64_t T = batch.num_tokens(), D = cfg_.hidden_size, layers = cfg_.num_hidden_layers;
   ASTRAI_CHECK(T <= capacity_, "backward without a matching forward");
   model::ForwardClock clock(profile_);
@@ -227,10 +341,19 @@ void TrainModel::backward(const TrainBatch& batch, float* dlogits) {
   for (int64_t l = layers - 1; l >= 0; --l) {
     const model::LayerView& w = view_.layers[static_cast<size_t>(l)];
     model::LayerActs& A = acts_of(l);
-    if (recompute_) model::layer_forward(ops_, cfg_, w, in, A, clock);
-    model::layer_backward(ops_, cfg_, w, g_.layers[static_cast<size_t>(l)], in, A, grad_scratch_, d_res_);
+    const model::LayerLora* lora = lora_of(l);
+    if (recompute_) model::layer_forward(ops_, cfg_, w, in, A, clock, lora);
+    model::layer_backward(ops_, cfg_, w, g_.layers[static_cast<size_t>(l)], in, A, grad_scratch_, d_res_, lora);
   }
-  ops_.embedding_backward(d_res_, batch.tokens.data(), T, D, g_.embed_tokens);
+  if (g_.embed_tokens != nullptr) ops_.embedding_backward(d_res_, batch.tokens.data(), T, D, g_.embed_tokens);
+}
+
+std::unique_ptr<TrainModel> make_reference(const TrainModel& policy) {
+  // Forward only: recomputation mode keeps just each layer's input, the least memory.
+  auto ref = std::make_unique<TrainModel>(policy.config(), /*recompute=*/true, /*trainable=*/false);
+  if (policy.trainable()) ref->copy_parameters_from(policy);
+  else ref->view_weights(policy.weights(), "the LoRA base");
+  return ref;
 }
 
 }  // namespace astrai::train

@@ -56,6 +56,12 @@ class BufferStorage final : public Storage {
 };
 }  // namespace
 
+Tensor buffer_view(const FloatBuffer& buffer, size_t offset, const Shape& shape) {
+  ASTRAI_CHECK(offset + static_cast<size_t>(shape_numel(shape)) <= buffer.size(), "buffer_view out of range");
+  return Tensor(std::make_shared<BufferStorage>(buffer.shared(), buffer.size()), offset * sizeof(float), shape,
+                DType::kF32);
+}
+
 std::map<std::string, Tensor> tensor_views(const ParamLayout& layout, const FloatBuffer& buffer) {
   auto storage = std::make_shared<BufferStorage>(buffer.shared(), buffer.size());
   std::map<std::string, Tensor> out;

@@ -31,8 +31,8 @@ uint64_t rollout_seed(uint64_t seed, int64_t version, int64_t sample, size_t slo
 
 }  // namespace
 
-RolloutSource::RolloutSource(data::Shards shards, TrainModel& policy, const std::string& tokenizer_dir,
-                             const RolloutOptions& options)
+RolloutSource::RolloutSource(data::Shards shards, TrainModel& policy, std::map<std::string, Tensor> weights,
+                             const std::string& tokenizer_dir, const RolloutOptions& options)
     : data_(std::move(shards)), policy_(policy), o_(options) {
   ASTRAI_CHECK(o_.group_size >= 2, "--group-size must be at least 2 (advantages compare completions of a prompt)");
   ASTRAI_CHECK(o_.max_new_tokens >= 1, "--max-new-tokens must be positive");
@@ -44,7 +44,7 @@ RolloutSource::RolloutSource(data::Shards shards, TrainModel& policy, const std:
                " compares with each prompt's \"answer\", and these prompt records have none");
   tokenizer_ = std::make_shared<const tokenizer::Tokenizer>(tokenizer::Tokenizer::load(tokenizer_dir));
   const model::ModelConfig& cfg = policy_.config();
-  auto model = std::make_shared<const model::Transformer>(cfg, live_weights(policy_, cfg));
+  auto model = std::make_shared<const model::Transformer>(cfg, live_weights(weights, cfg));
   infer::EngineOptions eo;
   eo.max_running = 256;
   eo.max_queue = 1 << 16;
@@ -117,7 +117,10 @@ void RolloutSource::fill(const std::vector<int64_t>& samples, TrainBatch* b) {
       ++completions_;
     }
   }
-  if (o_.behaviour_logp) target_logprobs(policy_, *b, &b->behaviour_logp);
+  if (o_.behaviour_logp) {  // without dropout: the generating policy's own probabilities
+    const EvalMode eval(policy_);
+    target_logprobs(policy_, *b, &b->behaviour_logp);
+  }
 }
 
 void RolloutSource::add_metrics(Json* rec) {

@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -56,8 +57,10 @@ struct RolloutOptions {
 
 class RolloutSource final : public BatchSource {
  public:
-  RolloutSource(data::Shards shards, TrainModel& policy, const std::string& tokenizer_dir,
-                const RolloutOptions& options);
+  // `weights`: views of the policy's live weights (merged with its LoRA adapters, if any),
+  // which the engine generates with.
+  RolloutSource(data::Shards shards, TrainModel& policy, std::map<std::string, Tensor> weights,
+                const std::string& tokenizer_dir, const RolloutOptions& options);
   ~RolloutSource() override;
 
   int64_t size() const override { return data_.size(); }

@@ -60,6 +60,11 @@ class SignalGuard {
   struct sigaction old_int_ {}, old_term_ {};
 };
 
+// The dropout seed of micro-batch m of update `step` (a resumed run draws the same masks).
+uint64_t dropout_seed(uint64_t seed, int64_t step, int64_t micro) {
+  return backend::splitmix64(backend::splitmix64(seed) + static_cast<uint64_t>(step) * 4096 + static_cast<uint64_t>(micro));
+}
+
 std::string step_dir_name(int64_t step) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "step-%08lld", static_cast<long long>(step));
@@ -115,6 +120,7 @@ Json options_fingerprint(const TrainOptions& o) {
     for (const auto& t : o.lora.targets) targets += (targets.empty() ? "" : ",") + t;
     j["lora_rank"] = o.lora.rank;
     j["lora_alpha"] = o.lora.alpha;
+    j["lora_dropout"] = o.lora.dropout;
     j["lora_targets"] = targets;
   }
   if (o.train_type == "grpo") {
@@ -173,10 +179,14 @@ void Run::setup_model() {
   ASTRAI_CHECK(o_.model_dir.empty() != o_.config_path.empty(), "give exactly one of --model DIR or --config FILE");
   if (!o_.model_dir.empty()) config_ = model::ModelConfig::load(o_.model_dir);
   else config_ = model::ModelConfig::from_json(read_json_file(o_.config_path), o_.config_path);
-  model_ = std::make_unique<TrainModel>(config_, o_.recompute);
+  // LoRA: a frozen base read where it lies (an f32 checkpoint stays memory-mapped) and
+  // adapters in the layers; otherwise every parameter is trained.
+  const bool lora = o_.lora.rank > 0;
+  model_ = std::make_unique<TrainModel>(config_, o_.recompute, /*trainable=*/!lora);
   if (!o_.model_dir.empty()) {
     auto contents = model::read_checkpoint_tensors(o_.model_dir);
-    model_->load_weights(contents.tensors, o_.model_dir);
+    if (lora) model_->view_weights(contents.tensors, o_.model_dir);
+    else model_->load_weights(contents.tensors, o_.model_dir);
   } else {
     model_->init_weights(o_.seed, static_cast<float>(o_.init_std));
   }
@@ -195,11 +205,11 @@ void Run::setup_model() {
   ac.beta2 = static_cast<float>(o_.beta2);
   ac.eps = static_cast<float>(o_.adam_eps);
   ac.weight_decay = static_cast<float>(o_.weight_decay);
-  if (o_.lora.rank > 0) {
-    // LoRA: the adapters are what is trained; the model's buffer holds the merged weights.
+  if (lora) {
     lora_ = std::make_unique<LoraAdapters>(*model_, o_.lora, o_.seed);
+    lora_->refresh();  // B = 0: the base model's forward, bit for bit
+    model_->set_adapters(lora_->layer_adapters(), o_.lora.rank);
     adam_ = std::make_unique<AdamW>(lora_->specs(), lora_->num_params(), ac);
-    lora_->merge_into(*model_);  // B = 0: the base weights, bit for bit
   } else {
     adam_ = std::make_unique<AdamW>(model_->layout(), ac);
   }
@@ -231,7 +241,10 @@ void Run::setup_data() {
     ro.reward = o_.reward;
     ro.reward_timeout = o_.reward_timeout;
     ro.behaviour_logp = o_.ppo_epochs > 1;
-    source_ = std::make_unique<RolloutSource>(std::move(shards), *model_, tokenizer_dir_, ro);
+    // The engine generates with the live weights (views: every update is seen), merged with
+    // the adapters under LoRA.
+    auto weights = lora_ ? lora_->merged_weights() : model_->weights();
+    source_ = std::make_unique<RolloutSource>(std::move(shards), *model_, std::move(weights), tokenizer_dir_, ro);
   } else {
     source_ = open_batch_source(o_.train_type, o_.data_dir, o_.seq_len, model_->config().vocab_size);
   }
@@ -263,6 +276,7 @@ void Run::setup_data() {
 MicroStats Run::validate() {
   MicroStats total;
   if (val_pool_.empty()) return total;
+  const EvalMode eval(*model_);
   TrainBatch b;
   const int64_t n = val_count();
   for (int64_t i = 0; i < n; i += o_.batch_size) {
@@ -359,7 +373,7 @@ void Run::load_checkpoint(const std::string& dir) {
                  flag_name(it.key()), " was ", saved.value(it.key(), Json()).dump(), ", now ", it.value().dump());
   if (lora_) {
     lora_->load(dir);
-    lora_->merge_into(*model_);
+    lora_->refresh();
   } else {
     auto weights = model::read_checkpoint_tensors(dir);
     model_->load_weights(weights.tensors, dir);
@@ -445,6 +459,7 @@ TrainResult Run::go() {
   while (step_ < total_steps_) {
     Timer step_timer;
     model_->zero_grads();
+    if (lora_) lora_->zero_grads();
     double loss = 0.0;
     int64_t tokens = 0;
     MicroStats step_stats;  // metric sums over the update's micro-batches
@@ -452,12 +467,13 @@ TrainResult Run::go() {
     for (int64_t m = 0; m < o_.grad_accum; ++m) {
       TrainBatch& batch = batches[static_cast<size_t>(m)];
       if (fresh) source_->fill(sampler_->next_batch(o_.batch_size), &batch);
+      model_->set_dropout_seed(dropout_seed(o_.seed, step_, m));
       const MicroStats s = strategy_->run(*model_, batch, 1.0f / static_cast<float>(o_.grad_accum));
       loss += s.loss() / static_cast<double>(o_.grad_accum);
       tokens += batch.num_tokens();
       step_stats.add(s);
     }
-    if (lora_) lora_->project_grads(*model_);
+    if (lora_) lora_->finish_grads();
     FloatBuffer& params = lora_ ? lora_->params() : model_->params();
     FloatBuffer& grads = lora_ ? lora_->grads() : model_->grads();
     comm_.all_reduce_sum(grads.data(), grads.size());
@@ -473,7 +489,7 @@ TrainResult Run::go() {
     }
     const double lr = learning_rate(sched_, step_);
     adam_->step(params.data(), grads.data(), static_cast<float>(lr));
-    if (lora_) lora_->merge_into(*model_);
+    if (lora_) lora_->refresh();
     const double dt = step_timer.seconds();
     Json rec{{"step", step_ + 1}, {"loss", loss}, {"lr", lr}, {"grad_norm", norm},
              {"tokens_per_s", dt > 0 ? static_cast<double>(tokens) * comm_.size() / dt : 0.0}, {"step_seconds", dt}};

@@ -96,6 +96,17 @@ def main():
         check(os.path.exists(os.path.join(ref, "checkpoints", "step-00000004", "reference.safetensors")),
               "checkpoints keep the reference policy")
 
+        # LoRA: rollouts from the base merged with the adapters, the reference is the base itself.
+        lo = os.path.join(tmp, "lora")
+        r = train(lo, 4, "--ppo-epochs", "2", "--lora-rank", "4", "--lora-alpha", "8")
+        ml = metrics(lo) if r.returncode == 0 else []
+        check(r.returncode == 0 and len(ml) == 4 and ml[0]["kl"] == 0.0 and ml[1]["kl"] > 0.0
+              and all(x["ratio"] == 1.0 for x in ml[::2]) and os.path.exists(os.path.join(lo, "adapter_model.safetensors")),
+              f"GRPO with LoRA: KL 0 then positive, ratio 1 on fresh rollouts, an adapter out ({r.stderr[-300:]})")
+        r = train(os.path.join(tmp, "lora_sync"), 2, "--lora-rank", "4", "--ref-sync-interval", "1")
+        check(r.returncode != 0 and "--ref-sync-interval is not supported with LoRA" in r.stderr,
+              f"LoRA with a reference sync: {r.stderr.strip()[-160:]}")
+
         r = train(os.path.join(tmp, "em"), 2, reward_spec="exact-match")
         check(r.returncode == 0 and "reward_mean" in metrics(os.path.join(tmp, "em"))[0], "exact-match reward runs")
         r = train(os.path.join(tmp, "re"), 2, "--ref-sync-interval", "1", reward_spec="regex:[a-z]+\\.")

@@ -104,8 +104,30 @@ def main():
         r = train(dpo, 3, "--lora-rank", "4", train_type="dpo", data_dir=prefs)
         check(r.returncode == 0 and abs(metrics(dpo)[0]["loss"] - math.log(2)) < 1e-6,
               f"DPO with LoRA starts at log 2 ({r.stderr[-200:]})")
-        r = train(os.path.join(tmp, "bad1"), 2, "--lora-rank", "4", "--lora-dropout", "0.1")
-        check(r.returncode != 0 and "not implemented" in r.stderr, f"--lora-dropout: {r.stderr.strip()[-150:]}")
+
+        # Dropout on the adapters' input: the masks follow the seed and the update, so a
+        # resumed run draws the same ones; it changes the updates (not the first loss: B = 0).
+        drop = os.path.join(tmp, "drop")
+        r = train(drop, 4, "--lora-rank", "4", "--lora-alpha", "8", "--lora-dropout", "0.3", "--ckpt-interval", "2",
+                  "--val-split", "0.1")
+        check(r.returncode == 0, f"LoRA with dropout trains ({r.stderr[-200:]})")
+        md = metrics(drop)
+        check(md[0]["loss"] == m[0]["loss"] and md[1]["loss"] != m[1]["loss"],
+              f"dropout leaves the first loss and changes the next ({md[0]['loss']}, {md[1]['loss']} vs "
+              f"{m[0]['loss']}, {m[1]['loss']})")
+        check(json.load(open(os.path.join(drop, "adapter_config.json")))["lora_dropout"] == 0.3,
+              "adapter_config.json records lora_dropout")
+        drop2 = os.path.join(tmp, "drop2")
+        shutil.copytree(drop, drop2)
+        shutil.rmtree(os.path.join(drop2, "checkpoints", "step-00000004"))
+        r = train(drop2, 4, "--lora-rank", "4", "--lora-alpha", "8", "--lora-dropout", "0.3", "--ckpt-interval", "2",
+                  "--val-split", "0.1", "--resume")
+        check(r.returncode == 0 and without_timing(metrics(drop2)) == without_timing(md),
+              f"a resumed run with dropout draws the same masks ({r.stderr[-200:]})")
+        for bad in ("1", "-0.1"):
+            r = train(os.path.join(tmp, "bad1"), 2, "--lora-rank", "4", "--lora-dropout", bad)
+            check(r.returncode != 0 and "--lora-dropout must be in [0, 1)" in r.stderr,
+                  f"--lora-dropout {bad}: {r.stderr.strip()[-150:]}")
         r = train(os.path.join(tmp, "bad2"), 2, "--lora-rank", "4", "--lora-targets", "q,x")
         check(r.returncode != 0 and "\"x\"" in r.stderr, f"unknown target: {r.stderr.strip()[-150:]}")
         r = train(os.path.join(tmp, "bad3"), 2, "--lora-rank", "-1")

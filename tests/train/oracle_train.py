@@ -147,7 +147,7 @@ CONFIGS = {
                     rms_norm_eps=1e-6, rope_theta=10000.0, tie_word_embeddings=False, attention_bias=True),
         label_smoothing=0.0, train_type="grpo", grpo=dict(clip_eps=0.3, kl_coef=0.0, behaviour=True),
         groups=[(2, [3, 3, 2, 4])], recompute=True),
-    # LoRA (gradient projection): rank 4 on all seven projections of the tied Llama, label
+    # LoRA: rank 4 on all seven projections of the tied Llama, label
     # smoothing; only the factors train, the base stays.
     "lora_llama_all": dict(
         config=dict(model_type="llama", vocab_size=61, hidden_size=32, num_hidden_layers=2,
@@ -162,8 +162,17 @@ CONFIGS = {
                     rms_norm_eps=1e-6, rope_theta=1000000.0, tie_word_embeddings=False),
         label_smoothing=0.0, docs=[[9, 12], [7, 10, 5]], micro=2, max_grad_norm=0.5, train_type="sft",
         lora=dict(rank=3, alpha=6.0, targets=["q", "v"])),
+    # LoRA with dropout 0.25 on every adapter's input (the masks of backend/dropout_mask.h,
+    # redrawn in the backward under recomputation), untied Llama, two micro-batches.
+    "lora_llama_dropout": dict(
+        config=dict(model_type="llama", vocab_size=47, hidden_size=24, num_hidden_layers=2,
+                    num_attention_heads=4, num_key_value_heads=2, intermediate_size=40,
+                    rms_norm_eps=1e-6, rope_theta=10000.0, tie_word_embeddings=False),
+        label_smoothing=0.0, docs=[[10, 6], [12]], micro=2, recompute=True,
+        lora=dict(rank=4, alpha=8.0, dropout=0.25, targets=["q", "k", "v", "o", "gate", "up", "down"])),
 }
 
+LORA_ORDER = ["q", "k", "v", "o", "gate", "up", "down"]  # train/model.h's kLoraProjections
 LORA_MODULES = dict(q="self_attn.q_proj", k="self_attn.k_proj", v="self_attn.v_proj", o="self_attn.o_proj",
                     gate="mlp.gate_proj", up="mlp.up_proj", down="mlp.down_proj")
 
@@ -291,7 +300,47 @@ def rms(x, w, eps):
     return x * torch.rsqrt((x * x).mean(-1, keepdim=True) + eps) * w
 
 
-def forward_logits(c, P, ids):
+M64 = (1 << 64) - 1
+
+
+def splitmix64(z):
+    z = (z + 0x9E3779B97F4A7C15) & M64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & M64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & M64
+    return z ^ (z >> 31)
+
+
+def dropout_keep(seed, begin, end, p):
+    """backend/dropout_mask.h's mask for elements [begin, end) of a dropout of `seed`."""
+    with np.errstate(over="ignore"):
+        z = np.uint64(seed) + np.arange(begin, end, dtype=np.uint64)
+        z = z + np.uint64(0x9E3779B97F4A7C15)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        z = z ^ (z >> np.uint64(31))
+    return (z >> np.uint64(40)).astype(np.float64) / 16777216.0 >= float(np.float32(p))
+
+
+def lora_delta(P, lora, seed, offset, l, short, inp):
+    """The unmerged adapter's output s·(dropout(inp)·Aᵀ)·Bᵀ for one document at token `offset`
+    of its micro-batch (the mask indexes the packed [T, in] input), or 0."""
+    m = f"model.layers.{l}.{LORA_MODULES[short]}"
+    if m + ".lora_A.weight" not in P:
+        return 0
+    A, B = P[m + ".lora_A.weight"], P[m + ".lora_B.weight"]
+    p = lora.get("dropout", 0.0)
+    if p > 0:
+        sd = splitmix64(seed ^ (l * 8 + LORA_ORDER.index(short)))
+        L, n = inp.shape
+        keep = torch.from_numpy(dropout_keep(sd, offset * n, (offset + L) * n, p).reshape(L, n))
+        scale = float(np.float32(1.0) / (np.float32(1.0) - np.float32(p)))
+        inp = inp * keep * scale
+    return lora["alpha"] / lora["rank"] * ((inp @ A.T) @ B.T)
+
+
+def forward_logits(c, P, ids, adapter=None):
+    """adapter(l, short_name, input) -> what a LoRA adapter adds to that projection (or 0)."""
+    ad = adapter or (lambda l, n, inp: 0)
     D, H = c["hidden_size"], c["num_attention_heads"]
     KV = c.get("num_key_value_heads", H)
     hd = c.get("head_dim", D // H)
@@ -315,7 +364,7 @@ def forward_logits(c, P, ids):
         g = lambda n: P.get(p + n)
         h = rms(x, g("input_layernorm.weight"), eps)
         def proj(n):
-            y = h @ g(f"self_attn.{n}_proj.weight").T
+            y = h @ g(f"self_attn.{n}_proj.weight").T + ad(l, n, h)
             b = g(f"self_attn.{n}_proj.bias")
             return y + b if b is not None else y
         if mla:
@@ -347,13 +396,13 @@ def forward_logits(c, P, ids):
         a = torch.einsum("hij,jhd->ihd", probs, v).reshape(L, H * vd)
         if g("self_attn.gate.weight") is not None:
             a = a * torch.sigmoid(h @ g("self_attn.gate.weight").T)
-        o = a @ g("self_attn.o_proj.weight").T
+        o = a @ g("self_attn.o_proj.weight").T + ad(l, "o", a)
         if g("self_attn.o_proj.bias") is not None:
             o = o + g("self_attn.o_proj.bias")
         x = x + o
         h = rms(x, g("post_attention_layernorm.weight"), eps)
         def mlp(n, inp):
-            y = inp @ g(f"mlp.{n}_proj.weight").T
+            y = inp @ g(f"mlp.{n}_proj.weight").T + ad(l, n, inp)
             b = g(f"mlp.{n}_proj.bias")
             return y + b if b is not None else y
         x = x + mlp("down", F.silu(mlp("gate", h)) * mlp("up", h))
@@ -361,10 +410,16 @@ def forward_logits(c, P, ids):
     return rms(x, P["model.norm.weight"], eps) @ head.T
 
 
-def micro_loss(c, P, mb, ls):
+def micro_loss(c, P, mb, ls, lora=None, seed=0):
+    """lora: P holds the factors and the adapters run unmerged, with dropout from `seed`."""
     logits, targets = [], []
+    offset = 0
     for d, ids in enumerate(mb["docs"]):
-        logits.append(forward_logits(c, P, ids[:-1]))
+        adapter = None
+        if lora:
+            adapter = lambda l, n, inp, o=offset: lora_delta(P, lora, seed, o, l, n, inp)  # noqa: E731
+        logits.append(forward_logits(c, P, ids[:-1], adapter))
+        offset += len(ids) - 1
         t = list(ids[1:])
         if "masks" in mb:
             t = [tok if mb["masks"][d][i + 1] else -100 for i, tok in enumerate(t)]
@@ -565,20 +620,13 @@ def main():
         ours = json.load(open(os.path.join(d, "result.json")))
 
     if lora:
-        # Trainable: the factors; the model's weights are the frozen base plus s·B·A.
-        s = lora["alpha"] / lora["rank"]
+        # Trainable: the factors, run unmerged beside the frozen base (as PEFT does).
         base = {n: t.double() for n, t in P32.items()}
         P = {}
         for n, (A, B) in factors.items():
             P[n[: -len(".weight")] + ".lora_A.weight"] = A.double().clone().requires_grad_(True)
             P[n[: -len(".weight")] + ".lora_B.weight"] = B.double().clone().requires_grad_(True)
-
-        def effective():
-            e = dict(base)
-            for n in factors:
-                m = n[: -len(".weight")]
-                e[n] = base[n] + s * (P[m + ".lora_B.weight"] @ P[m + ".lora_A.weight"])
-            return e
+        effective = lambda: {**base, **P}  # noqa: E731
     else:
         P = {n: t.double().clone().requires_grad_(True) for n, t in P32.items()}
         effective = lambda: P  # noqa: E731
@@ -609,7 +657,9 @@ def main():
                 print(f"step {step}: " + ", ".join(f"{n} {v:.5f}" for n, v in zip(names, met)))
         else:
             Pe = effective()
-            loss = sum(micro_loss(c, Pe, mb, case["label_smoothing"]) for mb in micro) / nmicro
+            # Dropout seeds: train_oracle_tool's set_dropout_seed(1000 · step + micro-batch).
+            loss = sum(micro_loss(c, Pe, mb, case["label_smoothing"], lora, 1000 * step + m)
+                       for m, mb in enumerate(micro)) / nmicro
         loss.backward()
         ref_losses.append(loss.item())
         if step == 0:

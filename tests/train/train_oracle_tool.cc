@@ -31,8 +31,11 @@ int main(int argc, char** argv) {
     // The same parser as every `astrai` command: what the forward accepts, the trainer accepts.
     const auto config = model::ModelConfig::from_json(read_json_file(dir + "/config.json"), dir + "/config.json");
     const Json c = read_json_file(dir + "/case.json");
-    TrainModel model(config, c.value("recompute", false));
-    model.load_weights(read_safetensors(dir + "/params.safetensors"), dir + "/params.safetensors");
+    // LoRA: the base is frozen and read in place; otherwise every parameter trains.
+    const bool with_lora = c.contains("lora");
+    TrainModel model(config, c.value("recompute", false), /*trainable=*/!with_lora);
+    if (with_lora) model.view_weights(read_safetensors(dir + "/params.safetensors"), dir + "/params.safetensors");
+    else model.load_weights(read_safetensors(dir + "/params.safetensors"), dir + "/params.safetensors");
 
     std::vector<TrainBatch> micro;
     for (const auto& mb : c["micro_batches"]) {
@@ -74,16 +77,18 @@ int main(int argc, char** argv) {
     oc.beta2 = c.value("beta2", 0.95f);
     oc.eps = c.value("eps", 1e-8f);
     oc.weight_decay = c.value("weight_decay", 0.1f);
-    // LoRA: the factors (DIR/adapter, PEFT layout) are what is trained, by gradient projection.
+    // LoRA: the factors (DIR/adapter, PEFT layout) are what is trained, in the layers.
     std::unique_ptr<LoraAdapters> lora;
-    if (c.contains("lora")) {
+    if (with_lora) {
       LoraOptions lo;
       lo.rank = c["lora"]["rank"].get<int64_t>();
       lo.alpha = c["lora"]["alpha"].get<double>();
+      lo.dropout = c["lora"].value("dropout", 0.0);
       lo.targets = c["lora"]["targets"].get<std::vector<std::string>>();
       lora = std::make_unique<LoraAdapters>(model, lo, 1);
       lora->load(dir + "/adapter");
-      lora->merge_into(model);
+      lora->refresh();
+      model.set_adapters(lora->layer_adapters(), lo.rank);
     }
     AdamW adam = lora ? AdamW(lora->specs(), lora->num_params(), oc) : AdamW(model.layout(), oc);
     FloatBuffer& params = lora ? lora->params() : model.params();
@@ -96,9 +101,12 @@ int main(int argc, char** argv) {
     std::vector<std::vector<double>> metrics;  // per step: mean of each strategy metric
     for (size_t step = 0; step < lrs.size(); ++step) {
       model.zero_grads();
+      if (lora) lora->zero_grads();
       double loss = 0.0;
       MicroStats sums;
-      for (const auto& b : micro) {
+      for (size_t m = 0; m < micro.size(); ++m) {
+        const TrainBatch& b = micro[m];
+        model.set_dropout_seed(1000 * step + m);  // oracle_train.py draws the same masks
         const MicroStats s = strategy->run(model, b, 1.0f / static_cast<float>(micro.size()));
         loss += s.loss() / micro.size();
         sums.add(s);
@@ -106,7 +114,7 @@ int main(int argc, char** argv) {
       std::vector<double> means;
       for (size_t k = 0; k < strategy->metrics().size(); ++k) means.push_back(sums.metric_sums[k] / sums.num_targets);
       metrics.push_back(means);
-      if (lora) lora->project_grads(model);
+      if (lora) lora->finish_grads();
       if (step == 0) {
         std::vector<NamedBlob> blobs;
         for (const auto& s : lora ? lora->specs() : model.layout().specs())
@@ -115,7 +123,7 @@ int main(int argc, char** argv) {
       }
       norms.push_back(clip_grad_norm(grads.data(), grads.size(), max_norm));
       adam.step(params.data(), grads.data(), static_cast<float>(lrs[step]));
-      if (lora) lora->merge_into(model);
+      if (lora) lora->refresh();
       losses.push_back(loss);
     }
     result["losses"] = losses;

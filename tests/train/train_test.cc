@@ -29,6 +29,7 @@
 #include "train/dpo.h"
 #include "train/rewards.h"
 #include "train/live_model.h"
+#include "train/lora.h"
 #include "train/model.h"
 #include "train/optimizer.h"
 #include "train/schedule.h"
@@ -237,7 +238,7 @@ void expect_view_matches_trainer(const Json& config_json) {
   const auto config = model::ModelConfig::from_json(config_json, "cfg");
   TrainModel m(config);
   m.init_weights(3, 0.2f);
-  model::Transformer view(config, live_weights(m, config));
+  model::Transformer view(config, live_weights(m.weights(), config));
   // Documents of different lengths (dynamic RoPE rescales each by its own longest position).
   std::vector<std::vector<int32_t>> docs;
   std::mt19937 rng(7);
@@ -327,6 +328,169 @@ TEST(TrainLiveWeights, SavedWeightsLoadInModelLayer) {
   TrainModel back(ckpt.config);
   back.load_weights(model::read_checkpoint_tensors(dir.string()).tensors, dir.string());
   for (size_t i = 0; i < m.params().size(); ++i) ASSERT_EQ(m.params().data()[i], back.params().data()[i]);
+  std::filesystem::remove_all(dir);
+}
+
+// A frozen model views an f32 checkpoint where it is mapped (no owned copy) and converts a
+// bf16 one once; both forwards equal a model that loaded the same values.
+TEST(TrainModelTest, FrozenModelReadsF32CheckpointInPlace) {
+  const auto config = model::ModelConfig::from_json(tiny_config(), "tiny");
+  TrainModel m(config);
+  m.init_weights(6, 0.2f);
+  const auto dir = std::filesystem::temp_directory_path() / ("astrai_train_view_" + std::to_string(::getpid()));
+  save_hf_weights(dir.string(), m, config);
+  TrainBatch tb;
+  tb.add_document({1, 2, 3, 4, 5, 6});
+  tb.add_document({9, 8, 7});
+  const float* expected = m.forward(tb);
+  const std::vector<float> want(expected, expected + tb.num_tokens() * config.vocab_size);
+  {
+    auto contents = model::read_checkpoint_tensors(dir.string());
+    TrainModel frozen(config, false, /*trainable=*/false);
+    frozen.view_weights(contents.tensors, dir.string());
+    EXPECT_EQ(frozen.params().size(), 0u) << "an f32 checkpoint is read in place";
+    for (const auto& [name, t] : frozen.weights()) EXPECT_EQ(t.raw(), contents.tensors.at(name).raw()) << name;
+    const float* got = frozen.forward(tb);
+    EXPECT_EQ(std::memcmp(got, want.data(), want.size() * sizeof(float)), 0);
+    EXPECT_THROW(frozen.backward(tb, const_cast<float*>(got)), Error) << "no adapters: nothing to train";
+    EXPECT_THROW(m.view_weights(contents.tensors, "x"), Error) << "a trainable model owns its parameters";
+  }
+  // bf16: the matrices are read in place too (norms converted, each on its own); the
+  // forward equals the f32 model holding the same rounded values, to the kernels' order.
+  const auto bf16_dir = dir / "bf16";
+  model::save_checkpoint(bf16_dir.string(), config, live_weights(m.weights(), config), DType::kBF16);
+  auto contents = model::read_checkpoint_tensors(bf16_dir.string());
+  TrainModel viewed(config, false, false), loaded(config, false, false);
+  viewed.view_weights(contents.tensors, bf16_dir.string());
+  loaded.load_weights(contents.tensors, bf16_dir.string());
+  EXPECT_EQ(viewed.params().size(), 0u);
+  for (const auto& [name, t] : viewed.weights()) {
+    if (t.ndim() == 2) EXPECT_EQ(t.raw(), contents.tensors.at(name).raw()) << name << ": read in place";
+    else EXPECT_EQ(t.dtype(), DType::kF32) << name << ": vectors converted";
+  }
+  const float* a = viewed.forward(tb);
+  const std::vector<float> va(a, a + want.size());
+  const float* b = loaded.forward(tb);
+  double worst = 0, scale = 0;
+  for (size_t i = 0; i < va.size(); ++i) {
+    worst = std::max(worst, std::fabs(double(va[i]) - b[i]));
+    scale = std::max(scale, std::fabs(double(b[i])));
+  }
+  EXPECT_LT(worst, 1e-5 * scale);
+  std::filesystem::remove_all(dir);
+}
+
+// LoRA in the layers: with B ≠ 0 and no dropout, the forward is the merged model's (to f32
+// rounding); dropout changes the training forward, not the evaluation one; the backward forms
+// only the factors' gradients, and the same seed redraws the same masks.
+TEST(TrainLora, AdaptersInLayersMatchMergedModel) {
+  const auto config = model::ModelConfig::from_json(tiny_config(), "tiny");
+  TrainModel full(config);
+  full.init_weights(8, 0.2f);
+  TrainModel base(config, false, false);
+  base.view_weights(full.weights(), "full");
+  LoraOptions lo;
+  lo.rank = 3;
+  lo.alpha = 6;
+  lo.dropout = 0.4;
+  LoraAdapters lora(base, lo, 9);
+  const auto noise = randn(lora.params().size(), 10, 0.3f);
+  std::copy(noise.begin(), noise.end(), lora.params().data());
+  lora.refresh();
+  base.set_adapters(lora.layer_adapters(), lo.rank);
+  TrainModel merged(config, false, false);
+  merged.view_weights(lora.merged_weights(), "merged");
+  TrainBatch tb;
+  tb.add_document({1, 2, 3, 4, 5, 6, 7});
+  tb.add_document({9, 8, 7});
+  const size_t n = static_cast<size_t>(tb.num_tokens() * config.vocab_size);
+  const float* pm = merged.forward(tb);
+  const std::vector<float> want(pm, pm + n);
+  std::vector<float> eval_logits, train_logits;
+  {
+    const EvalMode eval(base);
+    const float* p = base.forward(tb);
+    eval_logits.assign(p, p + n);
+  }
+  double worst = 0, scale = 0;
+  for (size_t i = 0; i < n; ++i) {
+    worst = std::max(worst, std::fabs(double(eval_logits[i]) - want[i]));
+    scale = std::max(scale, std::fabs(double(want[i])));
+  }
+  EXPECT_LT(worst, 1e-5 * scale) << "unmerged adapters = merged weights";
+  base.set_dropout_seed(77);
+  const float* p = base.forward(tb);
+  train_logits.assign(p, p + n);
+  EXPECT_NE(train_logits, eval_logits) << "dropout acts in training forwards";
+  CrossEntropyStrategy ce("seq", 0.0f);
+  auto grads_of = [&](uint64_t seed) {
+    lora.zero_grads();
+    base.set_dropout_seed(seed);
+    ce.run(base, tb, 1.0f);
+    return std::vector<float>(lora.grads().data(), lora.grads().data() + lora.grads().size());
+  };
+  const auto g1 = grads_of(77), g2 = grads_of(77), g3 = grads_of(78);
+  EXPECT_EQ(g1, g2) << "the same seed draws the same masks";
+  EXPECT_NE(g1, g3);
+  double norm = 0;
+  for (float g : g1) norm += double(g) * g;
+  EXPECT_GT(norm, 0.0);
+  EXPECT_EQ(base.grads().size(), 0u) << "no gradient buffer for the frozen base";
+  // After an update of the factors, refresh() keeps the merged weights (GRPO's engine) current.
+  for (size_t i = 0; i < lora.params().size(); ++i) lora.params().data()[i] -= 0.5f * g1[i];
+  lora.refresh();
+  const float* pm2 = merged.forward(tb);
+  const std::vector<float> want2(pm2, pm2 + n);
+  EXPECT_NE(want2, want);
+  const EvalMode eval(base);
+  const float* p2 = base.forward(tb);
+  worst = 0;
+  for (size_t i = 0; i < n; ++i) worst = std::max(worst, std::fabs(double(p2[i]) - want2[i]));
+  EXPECT_LT(worst, 1e-5 * scale);
+}
+
+// LoRA over a bf16 base read in place: the factors' gradients equal those over an f32 base
+// holding the same (rounded) values, to summation order. vocab 300 > the 128-row blocks the
+// backward widens the bf16 LM head by.
+TEST(TrainLora, Bf16BaseGivesTheF32BasesGradients) {
+  Json cj = tiny_config();
+  cj["vocab_size"] = 300;
+  const auto config = model::ModelConfig::from_json(cj, "tiny");
+  TrainModel full(config);
+  full.init_weights(12, 0.2f);
+  const auto dir = std::filesystem::temp_directory_path() / ("astrai_lora_bf16_" + std::to_string(::getpid()));
+  model::save_checkpoint(dir.string(), config, live_weights(full.weights(), config), DType::kBF16);
+  auto contents = model::read_checkpoint_tensors(dir.string());
+  TrainModel b16(config, false, false), b32(config, false, false);
+  b16.view_weights(contents.tensors, "bf16");
+  b32.load_weights(contents.tensors, "bf16 widened");
+  LoraOptions lo;
+  lo.rank = 2;
+  lo.targets = {"q", "o", "down"};
+  LoraAdapters l16(b16, lo, 4), l32(b32, lo, 4);
+  const auto noise = randn(l16.params().size(), 13, 0.3f);
+  std::copy(noise.begin(), noise.end(), l16.params().data());
+  std::copy(noise.begin(), noise.end(), l32.params().data());
+  TrainBatch tb;
+  tb.add_document({1, 299, 3, 140, 5, 6, 7});
+  tb.add_document({9, 200, 7});
+  CrossEntropyStrategy ce("seq", 0.0f);
+  std::vector<std::vector<float>> grads;
+  for (auto [model, lora] : {std::pair{&b16, &l16}, std::pair{&b32, &l32}}) {
+    lora->refresh();
+    model->set_adapters(lora->layer_adapters(), lo.rank);
+    lora->zero_grads();
+    ce.run(*model, tb, 1.0f);
+    lora->finish_grads();
+    grads.emplace_back(lora->grads().data(), lora->grads().data() + lora->grads().size());
+  }
+  double worst = 0, scale = 0;
+  for (size_t i = 0; i < grads[0].size(); ++i) {
+    worst = std::max(worst, std::fabs(double(grads[0][i]) - grads[1][i]));
+    scale = std::max(scale, std::fabs(double(grads[1][i])));
+  }
+  EXPECT_GT(scale, 0.0);
+  EXPECT_LT(worst, 1e-4 * scale);
   std::filesystem::remove_all(dir);
 }
 
@@ -504,7 +668,7 @@ TEST(TrainGrpo, StalePrefixNotServedAfterUpdate) {
   const auto config = model::ModelConfig::from_json(tiny_config(), "tiny");
   TrainModel m(config);
   m.init_weights(3, 0.2f);
-  auto live = std::make_shared<const model::Transformer>(config, live_weights(m, config));
+  auto live = std::make_shared<const model::Transformer>(config, live_weights(m.weights(), config));
   infer::EngineOptions eo;
   eo.page_size = 8;
   eo.kv_cache_bytes = 4 << 20;
@@ -527,7 +691,7 @@ TEST(TrainGrpo, StalePrefixNotServedAfterUpdate) {
   std::vector<float> copy(m.params().data(), m.params().data() + m.params().size());
   TrainModel fresh_model(config);
   std::memcpy(fresh_model.params().data(), copy.data(), copy.size() * sizeof(float));
-  auto fresh_view = std::make_shared<const model::Transformer>(config, live_weights(fresh_model, config));
+  auto fresh_view = std::make_shared<const model::Transformer>(config, live_weights(fresh_model.weights(), config));
   infer::Engine fresh(infer::make_transformer_backend(fresh_view), nullptr, eo);
   const auto want = fresh.submit(req).wait();
   const auto got = bumped.submit(req).wait();
