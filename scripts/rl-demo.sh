@@ -7,9 +7,10 @@
 #      the prompt), 400 held out: held-out preference accuracy and reward margin;
 #   3. GRPO from it on 1,800 prompts with the exact-match reward, 200 held out: held-out mean
 #      reward of sampled answers (temperature 1);
-#   4. more SFT from it, once on every weight and once with LoRA adapters (rank 8): held-out
-#      loss of both.
-# Under 2 minutes on 2 idle cores. Environment: ASTRAI_RL_DEMO_DIR (default runs/rl-demo),
+#   4. LoRA against full fine-tuning on a new skill: a model trained to convergence on the
+#      same task (600 updates) is tuned for 300 updates on "Repeat the first word: ...", once
+#      on every weight and once with LoRA adapters (rank 16): held-out loss of both.
+# About 4 minutes on 2 idle cores. Environment: ASTRAI_RL_DEMO_DIR (default runs/rl-demo),
 # ASTRAI_JOBS (build parallelism).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -25,10 +26,12 @@ cd "$work"
 /usr/bin/python3 "$root/$gen" --pairs 50000 --seed 1 --output sft_pairs.jsonl --sft sft.jsonl --corpus corpus.txt
 /usr/bin/python3 "$root/$gen" --pairs 4000 --seed 2 --output pairs.jsonl
 /usr/bin/python3 "$root/$gen" --pairs 2000 --seed 3 --output unused.jsonl --prompts prompts.jsonl
+/usr/bin/python3 "$root/$gen" --pairs 20000 --seed 5 --output unused2.jsonl --sft first.jsonl --task first
 "$astrai" tokenizer train --input corpus.txt --vocab-size 512 --special-tokens "<|endoftext|>" --output tok
 "$astrai" preprocess --tokenizer tok --input sft.jsonl --output sft --no-chat-template --add-eos --seq-len 128 --quiet
 "$astrai" preprocess --tokenizer tok --input pairs.jsonl --output pairs --no-chat-template --add-eos --quiet
 "$astrai" preprocess --tokenizer tok --input prompts.jsonl --output prompts --no-chat-template --quiet
+"$astrai" preprocess --tokenizer tok --input first.jsonl --output first --no-chat-template --add-eos --seq-len 128 --quiet
 cat > config.json <<'JSON'
 {"model_type": "llama", "vocab_size": 512, "hidden_size": 128, "intermediate_size": 344,
  "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 4,
@@ -42,11 +45,14 @@ JSON
 "$astrai" train --train-type grpo --data prompts --model sft_model --output grpo_model \
   --batch-size 8 --group-size 8 --max-new-tokens 4 --max-steps 300 --max-lr 1e-3 --warmup-steps 5 \
   --reward exact-match --val-split 0.1 --val-interval 50 --val-batches 16 --val-at-start --no-progress
+# 4. The base for LoRA: the same SFT run to convergence; then the new skill, both ways.
+"$astrai" train --train-type sft --data sft --config config.json --tokenizer tok --output sft_long \
+  --batch-size 16 --seq-len 128 --max-steps 600 --max-lr 3e-3 --warmup-steps 10 --no-progress
 for kind in full lora; do
   extra=()
-  [ "$kind" = lora ] && extra=(--lora-rank 8 --lora-alpha 16)
-  "$astrai" train --train-type sft --data sft --model sft_model --output "sft_more_$kind" \
-    --batch-size 16 --seq-len 128 --max-steps 150 --max-lr 3e-3 --warmup-steps 5 \
+  [ "$kind" = lora ] && extra=(--lora-rank 16 --lora-alpha 32)
+  "$astrai" train --train-type sft --data first --model sft_long --output "first_$kind" \
+    --batch-size 16 --seq-len 128 --max-steps 300 --max-lr 3e-3 --warmup-steps 5 \
     --val-split 0.02 --val-interval 50 --val-at-start --no-progress "${extra[@]}"
 done
 /usr/bin/python3 - <<'PY'
@@ -65,8 +71,8 @@ for r in g:
 u = [r for r in g if "loss" in r]
 gen = sum(r["rollout_seconds"] for r in u)
 new_tokens = sum(r["completion_tokens_mean"] * 64 for r in u)
-print("\nMore SFT from the same start (held-out loss per answer token)\n| update | every weight | LoRA rank 8 |\n|---|---|---|")
-full, lora = rows("sft_more_full"), rows("sft_more_lora")
+print("\nThe first-word skill (held-out loss per answer token)\n| update | every weight | LoRA rank 16 |\n|---|---|---|")
+full, lora = rows("first_full"), rows("first_lora")
 for a, b in zip(full, lora):
     if "val_loss" in a:
         print(f"| {a['step']} | {a['val_loss']:.4f} | {b['val_loss']:.4f} |")

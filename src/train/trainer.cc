@@ -408,6 +408,7 @@ TrainResult Run::go() {
   ASTRAI_CHECK(o_.train_type != "grpo" || o_.label_smoothing == 0, "--label-smoothing is for seq and sft, not grpo");
   ASTRAI_CHECK(o_.ppo_epochs >= 1, "--ppo-epochs must be at least 1");
   ASTRAI_CHECK(o_.lora.rank >= 0, "--lora-rank must be >= 0 (0: full fine-tuning), got ", o_.lora.rank);
+  ASTRAI_CHECK(o_.lora.rank > 0 || o_.lora.dropout == 0, "--lora-dropout applies to LoRA: give --lora-rank too");
   ASTRAI_CHECK(o_.train_type == "grpo" || o_.ppo_epochs == 1, "--ppo-epochs is for --train-type grpo");
   if (o_.threads > 0) set_num_threads(o_.threads);
   setup_model();

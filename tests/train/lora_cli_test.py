@@ -128,6 +128,8 @@ def main():
             r = train(os.path.join(tmp, "bad1"), 2, "--lora-rank", "4", "--lora-dropout", bad)
             check(r.returncode != 0 and "--lora-dropout must be in [0, 1)" in r.stderr,
                   f"--lora-dropout {bad}: {r.stderr.strip()[-150:]}")
+        r = train(os.path.join(tmp, "bad1"), 2, "--lora-dropout", "0.1")
+        check(r.returncode != 0 and "give --lora-rank too" in r.stderr, f"dropout without LoRA: {r.stderr.strip()[-150:]}")
         r = train(os.path.join(tmp, "bad2"), 2, "--lora-rank", "4", "--lora-targets", "q,x")
         check(r.returncode != 0 and "\"x\"" in r.stderr, f"unknown target: {r.stderr.strip()[-150:]}")
         r = train(os.path.join(tmp, "bad3"), 2, "--lora-rank", "-1")
