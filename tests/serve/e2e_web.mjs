@@ -404,6 +404,13 @@ const tests = [
     assert.equal(chatRequests[0].body.max_tokens, 3000);
     assert.match(await lastMeta(page), /stopped/);
     assert.ok(await page.evaluate(() => document.documentElement.scrollWidth <= 390), "no horizontal scrolling");
+    // Escape closes the list again, back on ☰.
+    await tabTo(page, "side-open", "Shift+Tab");
+    await page.keyboard.press("Enter");
+    assert.equal(await page.isVisible("#side"), true);
+    await page.keyboard.press("Escape");
+    assert.equal(await page.isVisible("#side"), false);
+    assert.equal(await page.evaluate(() => document.activeElement.id), "side-open");
     fs.mkdirSync(ARTIFACTS, { recursive: true });
     await page.screenshot({ path: path.join(ARTIFACTS, "chat-390-keyboard.png") });
     assert.deepEqual(errors, []);
