@@ -1,5 +1,6 @@
 #include "serve/openai.h"
 
+#include <cmath>
 #include <limits>
 
 namespace astrai::serve::openai {
@@ -208,6 +209,7 @@ std::string end_of_stream(bool include_usage, Json empty_chunk, const Usage& usa
   std::string out;
   if (include_usage) {
     empty_chunk["usage"] = usage_json(usage);
+    if (usage.timings) empty_chunk["timings"] = timings_json(*usage.timings);
     out += sse_data(empty_chunk);
   }
   out += "data: [DONE]\n\n";
@@ -306,9 +308,28 @@ Json usage_json(const Usage& u) {
           {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}}};
 }
 
-Json models_response(const std::string& model, int64_t created) {
-  return {{"object", "list"},
-          {"data", Json::array({{{"id", model}, {"object", "model"}, {"created", created}, {"owned_by", "astrai"}}})}};
+namespace {
+double round_ms(double ms) { return std::round(ms * 1000.0) / 1000.0; }
+}  // namespace
+
+Json timings_json(const Timings& t) {
+  Json rate = nullptr;
+  if (t.decode_ms > 0 && t.decode_tokens > 0) rate = round_ms(t.decode_tokens / (t.decode_ms / 1000.0));
+  return {{"queue_ms", round_ms(t.queue_ms)},
+          {"ttft_ms", t.ttft_ms < 0 ? Json(nullptr) : Json(round_ms(t.ttft_ms))},
+          {"decode_ms", round_ms(t.decode_ms)},
+          {"decode_tokens", t.decode_tokens},
+          {"decode_tokens_per_second", rate}};
+}
+
+Json model_json(const std::string& model, int64_t created, int32_t max_model_len) {
+  Json j = {{"id", model}, {"object", "model"}, {"created", created}, {"owned_by", "astrai"}};
+  if (max_model_len > 0) j["max_model_len"] = max_model_len;
+  return j;
+}
+
+Json models_response(const std::string& model, int64_t created, int32_t max_model_len) {
+  return {{"object", "list"}, {"data", Json::array({model_json(model, created, max_model_len)})}};
 }
 
 // ---------------------------------------------------------------------------------------
@@ -427,13 +448,15 @@ Json ChatWriter::response(const Usage& usage) const {
                        {"logprobs", logprobs_ ? logprobs_json(c.logprobs()) : Json(nullptr)},
                        {"finish_reason", finish_reason(c)}});
   }
-  return {{"id", id_},
-          {"object", "chat.completion"},
-          {"created", created_},
-          {"model", model_},
-          {"system_fingerprint", nullptr},
-          {"choices", std::move(choices)},
-          {"usage", usage_json(usage)}};
+  Json j = {{"id", id_},
+           {"object", "chat.completion"},
+           {"created", created_},
+           {"model", model_},
+           {"system_fingerprint", nullptr},
+           {"choices", std::move(choices)},
+           {"usage", usage_json(usage)}};
+  if (usage.timings) j["timings"] = timings_json(*usage.timings);
+  return j;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -552,13 +575,15 @@ Json CompletionWriter::response(const infer::GenerationResult& result, const Usa
                        {"logprobs", std::move(lp)},
                        {"finish_reason", score_only_ ? "length" : completion_finish(c.finish())}});
   }
-  return {{"id", id_},
-          {"object", "text_completion"},
-          {"created", created_},
-          {"model", model_},
-          {"system_fingerprint", nullptr},
-          {"choices", std::move(choices)},
-          {"usage", usage_json(usage)}};
+  Json j = {{"id", id_},
+           {"object", "text_completion"},
+           {"created", created_},
+           {"model", model_},
+           {"system_fingerprint", nullptr},
+           {"choices", std::move(choices)},
+           {"usage", usage_json(usage)}};
+  if (usage.timings) j["timings"] = timings_json(*usage.timings);
+  return j;
 }
 
 }  // namespace astrai::serve::openai

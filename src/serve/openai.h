@@ -96,7 +96,13 @@ class CompletionWriter {
   std::vector<size_t> stream_offsets_;
 };
 
-Json models_response(const std::string& model, int64_t created);
+// The model list; max_model_len (the context length, vLLM's name) is left out when 0 (the
+// engine is still loading).
+Json models_response(const std::string& model, int64_t created, int32_t max_model_len);
+Json model_json(const std::string& model, int64_t created, int32_t max_model_len);
 Json usage_json(const Usage& usage);
+// {"queue_ms","ttft_ms","decode_ms","decode_tokens","decode_tokens_per_second"}; ttft_ms and
+// the rate are null when no token (or no token after the first) was generated.
+Json timings_json(const Timings& timings);
 
 }  // namespace astrai::serve::openai

@@ -1,5 +1,6 @@
 #include "serve/server.h"
 
+#include <algorithm>
 #include <chrono>
 #include <optional>
 
@@ -222,6 +223,14 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
     usage.completion_tokens = result.completion_tokens;
     if (kind == Kind::kCompletion && completion->score_only()) usage.completion_tokens = 0;
     usage.cached_tokens = result.cached_prompt_tokens;
+    std::vector<double> itl;
+    double first;
+    {
+      std::lock_guard lock(mu_);
+      itl.swap(inter_token_);
+      first = first_token_;
+      usage.timings = timings_locked(result.queue_seconds, itl.size());
+    }
     bool cancelled = false;
     for (const auto& c : result.choices) cancelled |= c.finish == infer::FinishReason::kCancelled;
     std::string failure = result.error;
@@ -260,18 +269,25 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
     if (status != -1) server->metrics_.count_request(endpoint, status);
     Metrics& m = server->metrics_;
     m.count_tokens(usage.prompt_tokens, usage.completion_tokens);
-    std::vector<double> itl;
-    double first;
-    {
-      std::lock_guard lock(mu_);
-      itl.swap(inter_token_);
-      first = first_token_;
-    }
     if (first > 0) m.ttft.observe(first - received);
     m.inter_token.observe_many(itl);
     m.e2e.observe(now - received);
     m.queue.observe(result.queue_seconds);
     server->forget(this);
+  }
+
+  // Queue time, time to the first token, and the decode span from the first token to the
+  // last (of any choice), which produced the decode_tokens after each choice's first.
+  Timings timings_locked(double queue_seconds, size_t decode_tokens) const {
+    Timings t;
+    t.queue_ms = queue_seconds * 1000.0;
+    if (first_token_ > 0) {
+      double last = *std::max_element(last_token_.begin(), last_token_.end());
+      t.ttft_ms = (first_token_ - received) * 1000.0;
+      t.decode_ms = (last - first_token_) * 1000.0;
+      t.decode_tokens = static_cast<int32_t>(decode_tokens);
+    }
+    return t;
   }
 
   std::mutex mu_;
@@ -460,14 +476,16 @@ void Server::handle(HttpRequest&& request, std::shared_ptr<HttpResponse> respons
     if (id != options_.model_name) {
       return send_error(*response, endpoint, protocol, 404, str_cat("The model '", id, "' does not exist"), "model");
     }
-    return send_json(*response, endpoint, 200,
-                     {{"id", id}, {"object", "model"}, {"created", created_}, {"owned_by", "astrai"}});
+    return send_json(*response, endpoint, 200, openai::model_json(id, created_, engine ? engine->max_context() : 0));
   }
   if (!route) return send_error(*response, endpoint, protocol, 404, str_cat("no route for ", request.method, " ", path));
   if (route->post != (request.method == "POST") || (!route->post && !is_get)) {
     return send_error(*response, endpoint, protocol, 405, str_cat("use ", route->post ? "POST" : "GET", " for ", path));
   }
-  if (path == "/v1/models") return send_json(*response, endpoint, 200, openai::models_response(options_.model_name, created_));
+  if (path == "/v1/models") {
+    return send_json(*response, endpoint, 200,
+                     openai::models_response(options_.model_name, created_, engine ? engine->max_context() : 0));
+  }
   if (path == "/metrics") {
     std::optional<infer::EngineStats> stats;
     if (engine) stats = engine->stats();

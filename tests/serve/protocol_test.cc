@@ -187,6 +187,29 @@ TEST(OpenAiChat, StreamBytesAreExact) {
   EXPECT_EQ(resp["usage"]["total_tokens"], 12);
 }
 
+TEST(OpenAiChat, TimingsFollowUsageAndModelsCarryTheContextLength) {
+  auto r = openai::parse_chat_request(
+      Json::parse(R"({"messages": [{"role": "user", "content": "x"}], "stream": true,
+                      "stream_options": {"include_usage": true}})"),
+      "m");
+  openai::ChatWriter w("c", "m", 1, r, nullptr, token_bytes);
+  w.push(delta(0, {5, 6, 7}, "abc", FinishReason::kStop));
+  Usage usage{10, 3, 0, Timings{1.5, 20.25, 40.0, 2}};
+  EXPECT_EQ(w.finish(usage),
+            "data: {\"choices\":[],\"created\":1,\"id\":\"c\",\"model\":\"m\",\"object\":\"chat.completion.chunk\","
+            "\"system_fingerprint\":null,\"timings\":{\"decode_ms\":40.0,\"decode_tokens\":2,"
+            "\"decode_tokens_per_second\":50.0,\"queue_ms\":1.5,\"ttft_ms\":20.25},\"usage\":{\"completion_tokens\":3,"
+            "\"prompt_tokens\":10,\"prompt_tokens_details\":{\"cached_tokens\":0},\"total_tokens\":13}}\n\n"
+            "data: [DONE]\n\n");
+  EXPECT_EQ(w.response(usage)["timings"]["decode_tokens_per_second"], 50.0);
+  // No token: no time to first token and no rate.
+  Json none = openai::timings_json(Timings{});
+  EXPECT_TRUE(none["ttft_ms"].is_null());
+  EXPECT_TRUE(none["decode_tokens_per_second"].is_null());
+  EXPECT_EQ(openai::models_response("m", 7, 4096)["data"][0]["max_model_len"], 4096);
+  EXPECT_FALSE(openai::models_response("m", 7, 0)["data"][0].contains("max_model_len"));
+}
+
 TEST(OpenAiChat, ToolCallsStreamAndFinishReason) {
   auto r = openai::parse_chat_request(
       Json::parse(R"({"messages": [{"role": "user", "content": "x"}], "stream": true,

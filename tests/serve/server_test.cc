@@ -190,6 +190,23 @@ TEST(Server, ChatNonStreamingAndStreamingAgree) {
   }
   EXPECT_EQ(text, j["choices"][0]["message"]["content"].get<std::string>());
   EXPECT_EQ(finish, "length");
+  // The server's timings: 8 tokens, the 7 after the first over the decode span.
+  const Json& t = usage["timings"];
+  EXPECT_GT(t["ttft_ms"].get<double>(), 0.0) << t;
+  EXPECT_GE(t["queue_ms"].get<double>(), 0.0);
+  EXPECT_EQ(t["decode_tokens"], 7);
+  const double rate = 7 / (t["decode_ms"].get<double>() / 1000);
+  EXPECT_NEAR(t["decode_tokens_per_second"].get<double>(), rate, rate * 0.02);
+  EXPECT_EQ(j["timings"]["decode_tokens"], 7);
+}
+
+TEST(Server, ModelsCarryTheContextLength) {
+  Rig rig;
+  Reply models = call(rig.port, "GET", "/v1/models");
+  ASSERT_EQ(models.status, 200);
+  EXPECT_EQ(models.json()["data"][0]["max_model_len"], rig.engine->max_context());
+  EXPECT_GT(rig.engine->max_context(), 0);
+  EXPECT_EQ(call(rig.port, "GET", "/v1/models/fake").json()["max_model_len"], rig.engine->max_context());
 }
 
 TEST(Server, AnthropicStreamAndCountTokens) {
