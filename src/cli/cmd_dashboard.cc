@@ -36,7 +36,8 @@ void run_dashboard(const DashboardCommand& c) {
 void setup_dashboard(CLI::App& app) {
   auto c = std::make_shared<DashboardCommand>();
   CLI::App* cmd = app.add_subcommand(
-      "dashboard", "Serve live plots of training runs' metrics.jsonl (loss, lr, gradient norm, tokens/s, DPO/GRPO metrics)");
+      "dashboard",
+      "Serve live plots of training runs' metrics.jsonl (loss, lr, gradient norm, tokens/s, DPO/GRPO metrics) until Ctrl-C");
   cmd->add_option("runs", c->runs, "training output directories (astrai train --output), overlaid")->required();
   cmd->add_option("--host", c->options.host, "address to listen on")->capture_default_str();
   cmd->add_option("--port", c->options.port, "port (0 = any free port)")->capture_default_str()->check(CLI::Range(0, 65535));

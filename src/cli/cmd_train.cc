@@ -132,8 +132,8 @@ void setup_train(CLI::App& app) {
   cmd->add_flag("--recompute", opts->recompute, "recompute activations in the backward (less memory)");
   cmd->add_flag("!--no-progress", opts->progress, "no progress bar");
   cmd->add_flag("--dashboard", dash->on,
-                "serve live plots of this run's metrics (astrai dashboard) while it trains, and after it finished "
-                "until Ctrl-C");
+                "serve live plots of this run's metrics (astrai dashboard) while it trains, and once it finished "
+                "until Ctrl-C (a run stopped by a signal exits at once)");
   cmd->add_option("--host", dash->options.host, "--dashboard: address to listen on")->capture_default_str();
   cmd->add_option("--port", dash->options.port, "--dashboard: port (0 = any free port)")
       ->capture_default_str()

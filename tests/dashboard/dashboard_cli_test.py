@@ -132,9 +132,9 @@ def sigterm_while_training(tmp, data, cfg):
     if not m:
         proc.p.kill()
         return
-    for _ in range(600):
-        if len(get(m.group(1) + "api/metrics?run=0")["records"]) >= 3:
-            break
+    # SIGTERM once updates run (before that the trainer's handler is not installed yet).
+    deadline = time.time() + 120
+    while time.time() < deadline and len(get(m.group(1) + "api/metrics?run=0")["records"]) < 3:
         time.sleep(0.05)
     proc.p.send_signal(signal.SIGTERM)
     try:
