@@ -7,6 +7,8 @@ if(NOT ASTRAI_KERNELS_ONLY)
   find_package(CLI11 REQUIRED)
   pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)
   find_package(HDF5 REQUIRED COMPONENTS C)
+  # `astrai plot`: SVG rasterised to PNG (librsvg draws through cairo).
+  pkg_check_modules(RSVG REQUIRED IMPORTED_TARGET librsvg-2.0 cairo)
 endif()
 
 # OpenBLAS built on OpenMP, so our kernels and the BLAS share one thread pool

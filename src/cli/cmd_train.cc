@@ -1,15 +1,49 @@
 // `astrai train`: pretraining (seq), supervised fine-tuning (sft), preference tuning (dpo) and
 // online reinforcement learning (grpo) on preprocessed shards.
 #include <cstdio>
+#include <memory>
 
+#include "base/log.h"
 #include "cli/command.h"
+#include "dashboard/dashboard_server.h"
+#include "dashboard/stop_signal.h"
 #include "train/trainer.h"
 
 namespace astrai::cli {
 namespace {
 
+struct DashboardFlags {
+  bool on = false;
+  dashboard::DashboardOptions options;
+};
+
+// Trains; with --dashboard also serves the run's live plots, from before the first update
+// until Ctrl-C / SIGTERM after a finished run (an interrupted run exits at once).
+void run_train(const train::TrainOptions& opts, const DashboardFlags& dash) {
+  std::unique_ptr<dashboard::DashboardServer> server;
+  if (dash.on) {
+    server = std::make_unique<dashboard::DashboardServer>(std::vector<std::string>{opts.output_dir}, dash.options);
+    server->start();
+    log_info("dashboard: listening on ", server->url());
+  }
+  const train::TrainResult r = train::run_training(opts);
+  std::printf("%s after %lld updates: loss %.4f%s%s\n", r.interrupted ? "stopped" : "done",
+              static_cast<long long>(r.steps_done), r.last_loss,
+              r.last_val_loss >= 0 ? (", val_loss " + std::to_string(r.last_val_loss)).c_str() : "",
+              r.last_checkpoint.empty() ? "" : (", checkpoint " + r.last_checkpoint).c_str());
+  std::fflush(stdout);
+  if (server && !r.interrupted) {
+    // The trainer's SIGINT/SIGTERM handlers are gone with the run; from here they end the wait.
+    dashboard::StopSignal stop;
+    log_info("dashboard: training finished; still serving ", server->url(), " (Ctrl-C to exit)");
+    stop.wait();
+  }
+  if (server) server->stop();
+}
+
 void setup_train(CLI::App& app) {
   auto opts = std::make_shared<train::TrainOptions>();
+  auto dash = std::make_shared<DashboardFlags>();
   CLI::App* cmd = app.add_subcommand("train", "Train a model (seq: pretraining, sft: masked fine-tuning, dpo: preference pairs, grpo: online RL)");
   // A later occurrence of an option overrides an earlier one (scripts append overrides).
   cmd->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
@@ -94,13 +128,14 @@ void setup_train(CLI::App& app) {
   cmd->add_flag("--resume", opts->resume, "continue from the latest checkpoint in --output");
   cmd->add_flag("--recompute", opts->recompute, "recompute activations in the backward (less memory)");
   cmd->add_flag("!--no-progress", opts->progress, "no progress bar");
-  cmd->callback([opts]() {
-    const train::TrainResult r = train::run_training(*opts);
-    std::printf("%s after %lld updates: loss %.4f%s%s\n", r.interrupted ? "stopped" : "done",
-                static_cast<long long>(r.steps_done), r.last_loss,
-                r.last_val_loss >= 0 ? (", val_loss " + std::to_string(r.last_val_loss)).c_str() : "",
-                r.last_checkpoint.empty() ? "" : (", checkpoint " + r.last_checkpoint).c_str());
-  });
+  cmd->add_flag("--dashboard", dash->on,
+                "serve live plots of this run's metrics (astrai dashboard) while it trains, and once it finished "
+                "until Ctrl-C (a run stopped by a signal exits at once)");
+  cmd->add_option("--host", dash->options.host, "--dashboard: address to listen on")->capture_default_str();
+  cmd->add_option("--port", dash->options.port, "--dashboard: port (0 = any free port)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 65535));
+  cmd->callback([opts, dash]() { run_train(*opts, *dash); });
 }
 
 const bool kRegistered = register_command(&setup_train);
