@@ -28,6 +28,14 @@ if [ "${ASTRAI_SKIP_TSAN:-0}" != 1 ]; then
   OMP_NUM_THREADS=1 TSAN_OPTIONS="halt_on_error=1 exitcode=66" build/tsan/tests/infer/infer_tests
 fi
 
+# The serving image (Dockerfile, docker-compose.yml) built and run with podman: opt-in, a cold
+# image build took 27 minutes here (docs/server.md, "Containers and load balancing").
+if [ "${ASTRAI_TEST_IMAGE:-0}" = 1 ]; then
+  scripts/test-image.sh
+else
+  echo "test.sh: the image test (scripts/test-image.sh) is skipped; ASTRAI_TEST_IMAGE=1 runs it"
+fi
+
 # AArch64: the neon and generic kernels, cross-compiled, under emulation.
 if [ "${ASTRAI_SKIP_AARCH64:-0}" != 1 ] && [ "$(uname -m)" = x86_64 ]; then
   scripts/test-aarch64.sh

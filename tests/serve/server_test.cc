@@ -393,5 +393,61 @@ TEST(Server, ShutdownEndsOpenStreamsCleanly) {
   ::close(fd);
 }
 
+// What a load balancer sees while SIGTERM drains: the listening socket is closed (new connections
+// are refused), and on connections it already holds /health and /health/ready say 503
+// "shutting_down", /health/live stays 200, new work gets 503 with Retry-After, each answer closing
+// its connection; the request in flight still ends properly, and the drain takes about the grace.
+TEST(Server, DrainingIsLiveButNotReady) {
+  auto rig = std::make_unique<Rig>();
+  rig->model->before_forward = [](const model::Batch&) { std::this_thread::sleep_for(std::chrono::milliseconds(2)); };
+  const int port = rig->port;
+  // Keep-alive connections opened before the signal, one per probe (a reply while draining
+  // carries Connection: close).
+  int held[4];
+  for (int& fd : held) {
+    fd = connect_to(port);
+    send_all(fd, request_text("GET", "/health/ready", ""));
+    ASSERT_EQ(read_reply(fd).status, 200);
+  }
+  int stream = connect_to(port);
+  send_all(stream, request_text("POST", "/v1/chat/completions",
+                                R"({"messages":[{"role":"user","content":"hi"}],"max_tokens":3000,"stream":true})"));
+  for (int i = 0; i < 2000 && stats(port)["running"].get<int>() != 1; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  const double grace = 1.0;
+  const auto t0 = std::chrono::steady_clock::now();
+  std::thread stopper([&] { rig->server->shutdown(grace); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the drain has begun
+  auto probe = [&](int fd, const char* method, const std::string& path, const std::string& body) {
+    send_all(fd, request_text(method, path, body));
+    Reply r = read_reply(fd);
+    EXPECT_EQ(r.header("connection"), "close") << path;
+    return r;
+  };
+  Reply ready = probe(held[0], "GET", "/health/ready", "");
+  EXPECT_EQ(ready.status, 503);
+  EXPECT_EQ(ready.json()["status"], "shutting_down");
+  Reply health = probe(held[1], "GET", "/health", "");
+  EXPECT_EQ(health.status, 503);
+  EXPECT_EQ(health.json()["status"], "shutting_down");
+  EXPECT_EQ(probe(held[2], "GET", "/health/live", "").status, 200);
+  Reply refused = probe(held[3], "POST", "/v1/chat/completions", kChat + "}");
+  EXPECT_EQ(refused.status, 503);
+  EXPECT_EQ(refused.header("retry-after"), "5");
+  // New connections are refused (a proxy moves on to another replica at once).
+  EXPECT_EQ(connect_to(port), -1);
+  Reply r = read_reply(stream);  // the 3000-token stream is cut at the grace and ended cleanly
+  stopper.join();
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(r.status, 200);
+  auto events = sse_data(r.body);
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events.back(), "[DONE]");
+  EXPECT_GE(took, grace * 0.9);
+  EXPECT_LT(took, grace + 5.0);
+  for (int fd : held) ::close(fd);
+  ::close(stream);
+}
+
 }  // namespace
 }  // namespace astrai::serve
