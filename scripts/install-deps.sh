@@ -6,6 +6,7 @@ PKGS=(
   libopenblas-openmp-dev
   nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev
   libpcre2-dev libhdf5-dev libboost-dev libicu-dev
+  libopenmpi-dev openmpi-bin
   python3-torch python3-numpy python3-jinja2 python3-h5py
   curl chromium
   qemu-user

@@ -24,7 +24,8 @@ void setup_train(CLI::App& app) {
   cmd->add_option("--config", opts->config_path, "or a fresh model from this config.json");
   cmd->add_option("--tokenizer", opts->tokenizer_dir, "tokenizer directory (vocabulary checked, copied to the output)");
   cmd->add_option("--output", opts->output_dir, "output directory (metrics, checkpoints, final weights)")->required();
-  cmd->add_option("--batch-size", opts->batch_size, "sequences (dpo: pairs, grpo: prompts) per micro-batch")->capture_default_str();
+  cmd->add_option("--batch-size", opts->batch_size,
+                  "sequences (dpo: pairs, grpo: prompts) per micro-batch (per rank under mpirun)")->capture_default_str();
   cmd->add_option("--seq-len", opts->seq_len, "tokens per sequence (dpo: per side of a pair, longer sides are cut; grpo: unused)")
       ->capture_default_str();
   cmd->add_option("--grad-accum", opts->grad_accum, "micro-batches per update")->capture_default_str();
@@ -93,12 +94,21 @@ void setup_train(CLI::App& app) {
   cmd->add_flag("--val-at-start", opts->val_at_start,
                 "also validate the starting weights (a metrics record for step 0 with only val_ fields)");
   cmd->add_option("--seed", opts->seed, "seed of init, split and sampling")->capture_default_str();
-  cmd->add_option("--threads", opts->threads, "threads (0 = all cores)");
+  cmd->add_option("--threads", opts->threads,
+                  "threads (0 = all cores; under mpirun, cores / ranks on the machine unless OMP_NUM_THREADS is set)");
   cmd->add_flag("--resume", opts->resume, "continue from the latest checkpoint in --output");
   cmd->add_flag("--recompute", opts->recompute, "recompute activations in the backward (less memory)");
   cmd->add_flag("!--no-progress", opts->progress, "no progress bar");
+  cmd->add_flag("--deterministic-allreduce", opts->deterministic_allreduce,
+                "data parallel (mpirun -np N): sum gradients in rank order (gather to rank 0, sum, broadcast) "
+                "instead of the MPI library's reduction, so that reruns with the same N give the same bits");
+  cmd->add_option("--collective-timeout", opts->collective_timeout,
+                  "data parallel: seconds a rank waits in a collective (for a rank that died or stalls; also "
+                  "covers rank 0 writing a checkpoint) before the job is aborted; 0 = wait forever")
+      ->capture_default_str();
   cmd->callback([opts]() {
     const train::TrainResult r = train::run_training(*opts);
+    if (!r.primary) return;  // data parallel: rank 0 reports
     std::printf("%s after %lld updates: loss %.4f%s%s\n", r.interrupted ? "stopped" : "done",
                 static_cast<long long>(r.steps_done), r.last_loss,
                 r.last_val_loss >= 0 ? (", val_loss " + std::to_string(r.last_val_loss)).c_str() : "",
