@@ -132,12 +132,13 @@ class MpiCommunicator final : public Communicator {
   }
 
   // Polls `req` until it completes; past the deadline every rank still waiting gives up (the
-  // trainer then aborts the job: a collective cannot be cancelled).
-  // Spins briefly (a collective between balanced ranks completes within microseconds), then
-  // sleeps between polls so that waiting ranks leave the cores to the ones still computing.
+  // trainer then aborts the job: a collective cannot be cancelled). A non-blocking collective
+  // progresses only inside MPI calls (a large all-reduce needs thousands of them), so the first
+  // second of a wait polls back to back, yielding the core to oversubscribed ranks; a longer
+  // wait (for a rank writing a checkpoint, or a slower one) sleeps 200 µs between polls.
   void wait(MPI_Request* req, const char* what, size_t bytes) {
     const auto start = std::chrono::steady_clock::now();
-    for (int polls = 0;; ++polls) {
+    for (;;) {
       int done = 0;
       check(MPI_Test(req, &done, MPI_STATUS_IGNORE), what);
       if (done) return;
@@ -146,7 +147,8 @@ class MpiCommunicator final : public Communicator {
         fail(what, " of ", bytes, " bytes did not complete within --collective-timeout ", options_.timeout_s,
              " s on rank ", rank_, " of ", size_, ": another rank died, stalled or is not at the same step");
       }
-      if (polls > 1000) std::this_thread::sleep_for(std::chrono::microseconds(polls > 100000 ? 1000 : 50));
+      if (waited < 1.0) std::this_thread::yield();
+      else std::this_thread::sleep_for(std::chrono::microseconds(200));
     }
   }
 
