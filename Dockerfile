@@ -24,18 +24,19 @@ WORKDIR /src
 # The release preset CI builds, without tests and benchmarks; ASTRAI_CUDA=OFF: this is the CPU image.
 ARG BUILD_JOBS=
 RUN --mount=type=cache,target=/root/.ccache \
-    cmake --preset release -DASTRAI_BUILD_TESTS=OFF -DASTRAI_BUILD_BENCH=OFF -DASTRAI_CUDA=OFF \
+    cmake --preset release -DASTRAI_BUILD_TESTS=OFF -DASTRAI_BUILD_BENCH=OFF -DASTRAI_CUDA=OFF -DASTRAI_MPI=OFF \
           -DCMAKE_CXX_COMPILER_LAUNCHER=ccache \
  && cmake --build --preset release --target astrai ${BUILD_JOBS:+-j ${BUILD_JOBS}} \
  && strip build/release/src/astrai \
  && build/release/src/astrai --help >/dev/null
 
 FROM ${RUNTIME_IMAGE}
-# Only the shared libraries `ldd astrai` lists (OpenBLAS on OpenMP, HDF5, PCRE2, ICU), and curl
+# Only the shared libraries `ldd astrai` lists (OpenBLAS on OpenMP, HDF5, PCRE2, ICU, librsvg for
+# `astrai plot`), and curl
 # for the health check (libcurl comes with HDF5 anyway).
 RUN apt-get update -qq \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-      libopenblas0-openmp libgomp1 libhdf5-103-1 libpcre2-8-0 libicu72 curl ca-certificates \
+      libopenblas0-openmp libgomp1 libhdf5-103-1 libpcre2-8-0 libicu72 librsvg2-2 curl ca-certificates \
  && rm -rf /var/lib/apt/lists/* \
  && useradd --system --uid 10001 --home-dir /nonexistent --shell /usr/sbin/nologin astrai \
  && mkdir -p /models

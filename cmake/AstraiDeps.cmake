@@ -9,6 +9,18 @@ if(NOT ASTRAI_KERNELS_ONLY)
   find_package(HDF5 REQUIRED COMPONENTS C)
   # `astrai plot`: SVG rasterised to PNG (librsvg draws through cairo).
   pkg_check_modules(RSVG REQUIRED IMPORTED_TARGET librsvg-2.0 cairo)
+  # Data-parallel training (`mpirun -np N astrai train`): optional; without MPI the build works
+  # and a multi-process launch is a clear error (src/train/communicator.cc).
+  option(ASTRAI_MPI "Build the MPI communicator for data-parallel training when MPI is found" ON)
+  if(ASTRAI_MPI)
+    find_package(MPI COMPONENTS C)
+  endif()
+  if(MPI_C_FOUND)
+    find_program(ASTRAI_MPIEXEC NAMES mpirun mpiexec)
+    message(STATUS "astrai: MPI ${MPI_C_VERSION} found; data-parallel training on (${ASTRAI_MPIEXEC})")
+  else()
+    message(STATUS "astrai: no MPI found; building without data-parallel training")
+  endif()
 endif()
 
 # OpenBLAS built on OpenMP, so our kernels and the BLAS share one thread pool

@@ -13,6 +13,7 @@ done
 BUILD_PKGS=(
   build-essential cmake ninja-build pkg-config ca-certificates
   libopenblas-openmp-dev nlohmann-json3-dev libcli11-dev libpcre2-dev libhdf5-dev libboost-dev libicu-dev
+  librsvg2-dev
 )
 PKGS=(
   build-essential cmake ninja-build pkg-config git ca-certificates
@@ -20,6 +21,7 @@ PKGS=(
   nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev
   libpcre2-dev libhdf5-dev libboost-dev libicu-dev
   librsvg2-dev
+  libopenmpi-dev openmpi-bin
   python3-torch python3-numpy python3-jinja2 python3-h5py
   curl chromium
   qemu-user

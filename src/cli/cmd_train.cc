@@ -7,6 +7,7 @@
 #include "cli/command.h"
 #include "dashboard/dashboard_server.h"
 #include "dashboard/stop_signal.h"
+#include "train/communicator.h"
 #include "train/trainer.h"
 
 namespace astrai::cli {
@@ -21,12 +22,18 @@ struct DashboardFlags {
 // until Ctrl-C / SIGTERM after a finished run (an interrupted run exits at once).
 void run_train(const train::TrainOptions& opts, const DashboardFlags& dash) {
   std::unique_ptr<dashboard::DashboardServer> server;
+  // One dashboard per run: under mpirun every rank would open one (run `astrai dashboard
+  // OUTPUT` beside the job instead).
+  ASTRAI_CHECK(!dash.on || train::launched_world_size() <= 1,
+               "--dashboard under mpirun/srun is not supported: run `astrai dashboard ", opts.output_dir,
+               "` beside the job");
   if (dash.on) {
     server = std::make_unique<dashboard::DashboardServer>(std::vector<std::string>{opts.output_dir}, dash.options);
     server->start();
     log_info("dashboard: listening on ", server->url());
   }
   const train::TrainResult r = train::run_training(opts);
+  if (!r.primary) return;  // data parallel: rank 0 reports
   std::printf("%s after %lld updates: loss %.4f%s%s\n", r.interrupted ? "stopped" : "done",
               static_cast<long long>(r.steps_done), r.last_loss,
               r.last_val_loss >= 0 ? (", val_loss " + std::to_string(r.last_val_loss)).c_str() : "",
@@ -58,7 +65,8 @@ void setup_train(CLI::App& app) {
   cmd->add_option("--config", opts->config_path, "or a fresh model from this config.json");
   cmd->add_option("--tokenizer", opts->tokenizer_dir, "tokenizer directory (vocabulary checked, copied to the output)");
   cmd->add_option("--output", opts->output_dir, "output directory (metrics, checkpoints, final weights)")->required();
-  cmd->add_option("--batch-size", opts->batch_size, "sequences (dpo: pairs, grpo: prompts) per micro-batch")->capture_default_str();
+  cmd->add_option("--batch-size", opts->batch_size,
+                  "sequences (dpo: pairs, grpo: prompts) per micro-batch (per rank under mpirun)")->capture_default_str();
   cmd->add_option("--seq-len", opts->seq_len, "tokens per sequence (dpo: per side of a pair, longer sides are cut; grpo: unused)")
       ->capture_default_str();
   cmd->add_option("--grad-accum", opts->grad_accum, "micro-batches per update")->capture_default_str();
@@ -124,10 +132,18 @@ void setup_train(CLI::App& app) {
   cmd->add_flag("--val-at-start", opts->val_at_start,
                 "also validate the starting weights (a metrics record for step 0 with only val_ fields)");
   cmd->add_option("--seed", opts->seed, "seed of init, split and sampling")->capture_default_str();
-  cmd->add_option("--threads", opts->threads, "threads (0 = all cores)");
+  cmd->add_option("--threads", opts->threads,
+                  "threads (0 = all cores; under mpirun, cores / ranks on the machine unless OMP_NUM_THREADS is set)");
   cmd->add_flag("--resume", opts->resume, "continue from the latest checkpoint in --output");
   cmd->add_flag("--recompute", opts->recompute, "recompute activations in the backward (less memory)");
   cmd->add_flag("!--no-progress", opts->progress, "no progress bar");
+  cmd->add_flag("--deterministic-allreduce", opts->deterministic_allreduce,
+                "data parallel (mpirun -np N): sum gradients in rank order (gather to rank 0, sum, broadcast) "
+                "instead of the MPI library's reduction, so that reruns with the same N give the same bits");
+  cmd->add_option("--collective-timeout", opts->collective_timeout,
+                  "data parallel: seconds a rank waits in a collective (for a rank that died or stalls; also "
+                  "covers rank 0 writing a checkpoint) before the job is aborted; 0 = wait forever")
+      ->capture_default_str();
   cmd->add_flag("--dashboard", dash->on,
                 "serve live plots of this run's metrics (astrai dashboard) while it trains, and once it finished "
                 "until Ctrl-C (a run stopped by a signal exits at once)");

@@ -102,8 +102,7 @@ void Sampler::load_json(const Json& j) {
   const auto world = json_required<int>(j, "world_size", where);
   const auto pool = json_required<int64_t>(j, "pool_size", where);
   ASTRAI_CHECK(seed == options_.seed, where, ": saved with seed ", seed, ", resuming with seed ", options_.seed);
-  ASTRAI_CHECK(world == options_.world_size, where, ": saved with world size ", world, ", resuming with ",
-               options_.world_size);
+  ASTRAI_CHECK(world >= 1, where, ": world size ", world);
   ASTRAI_CHECK(pool == pool_size(), where, ": saved over ", pool, " samples, the dataset now has ", pool_size(),
                " (different data or window settings)");
   ASTRAI_CHECK(json_optional<bool>(j, "shuffle", options_.shuffle, where) == options_.shuffle &&
@@ -112,6 +111,18 @@ void Sampler::load_json(const Json& j) {
   SamplerState s;
   s.epoch = json_required<int64_t>(j, "epoch", where);
   s.consumed = json_required<int64_t>(j, "consumed", where);
+  if (world != options_.world_size) {
+    // All ranks consumed the same count, so the epoch's first consumed × world positions are
+    // taken; another world size continues from the same position of the same order.
+    const int64_t saved_per_rank = options_.drop_last ? pool / world : (pool + world - 1) / world;
+    if (s.consumed >= saved_per_rank) s = SamplerState{s.epoch + 1, 0};  // that epoch was done
+    const int64_t position = s.consumed * world;
+    ASTRAI_CHECK(position % options_.world_size == 0 && position / options_.world_size <= per_rank_, where,
+                 ": saved by ", world, " ranks at position ", position, " of epoch ", s.epoch,
+                 ", which ", options_.world_size, " ranks cannot continue from (not a multiple of ",
+                 options_.world_size, " within the epoch)");
+    s.consumed = position / options_.world_size;
+  }
   set_state(s);
 }
 

@@ -54,8 +54,10 @@ class Sampler {
   void set_state(const SamplerState& s);
   // {"epoch", "consumed", "seed", "rank", "world_size", "pool_size", "shuffle", "drop_last"}.
   Json to_json() const;
-  // Restores from to_json(); the configuration fields must match this sampler's (a resume
-  // with another seed, world size or dataset is an error, not a silent reshuffle).
+  // Restores from to_json() of any rank; the configuration fields must match this sampler's
+  // (a resume with another seed or dataset is an error, not a silent reshuffle). Another world
+  // size continues at the same global position (consumed × world size), which must divide
+  // by the new world size.
   void load_json(const Json& j);
 
  private:

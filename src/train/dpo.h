@@ -47,6 +47,7 @@ class DpoStrategy final : public Strategy {
   std::string name() const override { return "dpo"; }
   MicroStats run(TrainModel& policy, const TrainBatch& batch, float grad_scale) override;
   MicroStats evaluate(TrainModel& policy, const TrainBatch& batch) override;
+  int64_t count_units(const TrainBatch& batch) const override { return static_cast<int64_t>(batch.docs.size() / 2); }
   std::vector<Metric> metrics() const override;
 
  private:

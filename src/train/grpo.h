@@ -35,6 +35,7 @@ class GrpoStrategy final : public Strategy {
   std::string name() const override { return "grpo"; }
   MicroStats run(TrainModel& policy, const TrainBatch& batch, float grad_scale) override;
   MicroStats evaluate(TrainModel& policy, const TrainBatch& batch) override;
+  int64_t count_units(const TrainBatch& batch) const override { return static_cast<int64_t>(batch.docs.size()); }
   std::vector<Metric> metrics() const override;
   void after_update(int64_t step, const TrainModel& policy) override;
   void save_state(const std::string& dir) const override;

@@ -1,6 +1,7 @@
 // Training strategies: what loss a micro-batch contributes and how its gradient reaches the
 // model. The trainer calls run() for each micro-batch of an optimizer step (gradients
-// accumulate), all-reduces gradients through a Communicator, clips, then steps AdamW.
+// accumulate), all-reduces gradients through a Communicator (communicator.h), clips, then
+// steps AdamW.
 // A strategy may own frozen model copies (DPO's reference policy, GRPO's reference and old
 // policy) and use per-sequence log-probabilities (sequence_logprobs below).
 #pragma once
@@ -41,6 +42,9 @@ class Strategy {
   virtual MicroStats run(TrainModel& policy, const TrainBatch& batch, float grad_scale) = 0;
   // Loss without gradients (validation).
   virtual MicroStats evaluate(TrainModel& policy, const TrainBatch& batch) = 0;
+  // The MicroStats::num_targets run() will report for `batch`, known before the forward: the
+  // trainer weights each rank's gradient by its share of the global count (data parallel).
+  virtual int64_t count_units(const TrainBatch& batch) const { return batch.num_targets(); }
   // The metrics MicroStats::metric_sums holds (at most kMaxMetrics, in order), reported per
   // update as their mean over the units: in metrics.jsonl under `key`, and on the progress
   // line as `label` when it is not empty.
@@ -101,24 +105,5 @@ struct StrategyOptions {
 // Makes the strategy. `reference` gives the frozen reference policy's weights to strategies
 // that keep one (dpo, grpo: the strategy copies them once, here); others ignore it.
 std::unique_ptr<Strategy> make_strategy(const StrategyOptions& options, const TrainModel& reference);
-
-// Sums gradients (and scalars) across data-parallel ranks between accumulation and the
-// optimizer step. The single-process implementation is the identity; MPI/NCCL plug in here.
-class Communicator {
- public:
-  virtual ~Communicator() = default;
-  virtual int rank() const = 0;
-  virtual int size() const = 0;
-  virtual void all_reduce_sum(float* data, size_t n) = 0;
-  virtual void all_reduce_sum(double* data, size_t n) = 0;
-};
-
-class LocalCommunicator final : public Communicator {
- public:
-  int rank() const override { return 0; }
-  int size() const override { return 1; }
-  void all_reduce_sum(float*, size_t) override {}
-  void all_reduce_sum(double*, size_t) override {}
-};
 
 }  // namespace astrai::train

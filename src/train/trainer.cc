@@ -7,11 +7,13 @@
 #include <csignal>
 #include <cstring>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <memory>
 #include <optional>
 #include <sstream>
+#include <thread>
 #include <vector>
 
 #include "base/files.h"
@@ -22,6 +24,7 @@
 #include "model/config.h"
 #include "tokenizer/tokenizer.h"
 #include "train/batch_source.h"
+#include "train/communicator.h"
 #include "train/live_model.h"
 #include "train/lora.h"
 #include "train/rollout.h"
@@ -106,9 +109,10 @@ std::string fixed(const Json& value, int digits) {
   return buf;
 }
 
-Json options_fingerprint(const TrainOptions& o) {
-  // What must not change across a resume for it to continue the same run.
-  Json j{{"train_type", o.train_type}, {"batch_size", o.batch_size}, {"seq_len", o.seq_len},
+Json options_fingerprint(const TrainOptions& o, int world_size) {
+  // What must not change across a resume for it to continue the same run. "batch_size" is
+  // the global batch (--batch-size × ranks): a resume may change the number of ranks.
+  Json j{{"train_type", o.train_type}, {"batch_size", o.batch_size * world_size}, {"seq_len", o.seq_len},
          {"grad_accum", o.grad_accum}, {"seed", o.seed}, {"val_split", o.val_split}};
   if (o.train_type == "dpo") {
     j["dpo_beta"] = o.dpo_beta;
@@ -135,7 +139,7 @@ Json options_fingerprint(const TrainOptions& o) {
 
 class Run {
  public:
-  explicit Run(const TrainOptions& o) : o_(o) {}
+  Run(const TrainOptions& o, Communicator& comm) : o_(o), comm_(comm) {}
   TrainResult go();
 
  private:
@@ -145,8 +149,15 @@ class Run {
   // {"step", val_loss or the source's val_* fields}.
   Json validation_record();
   int64_t val_count() const {
-    return std::min<int64_t>(static_cast<int64_t>(val_pool_.size()), o_.val_batches * o_.batch_size);
+    return std::min<int64_t>(static_cast<int64_t>(val_pool_.size()), o_.val_batches * o_.batch_size * comm_.size());
   }
+  bool primary() const { return comm_.rank() == 0; }  // the rank that writes
+  // Data parallel: per micro-batch, the loss units of all ranks (Strategy::count_units).
+  std::vector<double> global_units(const std::vector<TrainBatch>& batches);
+  // Sums s and `extra` over the ranks in one all-reduce.
+  void all_reduce_stats(MicroStats* s, std::vector<double>* extra);
+  // Whether a stop signal reached any rank (every rank calls this after every update).
+  bool stop_agreed();
   // Adds a micro-batch's (or validation's) metrics to a metrics.jsonl record.
   void add_metrics(const MicroStats& s, const std::string& prefix, Json* rec) const;
   // One progress line for the update in `rec` (redrawn in place on a terminal).
@@ -164,7 +175,7 @@ class Run {
   std::unique_ptr<Strategy> strategy_;
   std::vector<Strategy::Metric> metrics_;  // strategy_->metrics()
   const bool tty_ = ::isatty(2) != 0;      // progress redrawn in place
-  LocalCommunicator comm_;
+  Communicator& comm_;
   std::unique_ptr<BatchSource> source_;
   std::unique_ptr<data::Sampler> sampler_;
   std::vector<int64_t> val_pool_;
@@ -279,18 +290,39 @@ MicroStats Run::validate() {
   const EvalMode eval(*model_);
   TrainBatch b;
   const int64_t n = val_count();
-  for (int64_t i = 0; i < n; i += o_.batch_size) {
+  // Rank r evaluates micro-batches r, r + ranks, ...; the sums are added across ranks.
+  for (int64_t i = comm_.rank() * o_.batch_size; i < n; i += o_.batch_size * comm_.size()) {
     std::vector<int64_t> idx(val_pool_.begin() + i, val_pool_.begin() + std::min(n, i + o_.batch_size));
     source_->fill(idx, &b);
     total.add(strategy_->evaluate(*model_, b));
   }
-  std::array<double, 2 + kMaxMetrics> agg{total.loss_sum, static_cast<double>(total.num_targets)};
-  std::copy(total.metric_sums.begin(), total.metric_sums.end(), agg.begin() + 2);
-  comm_.all_reduce_sum(agg.data(), agg.size());
-  total.loss_sum = agg[0];
-  total.num_targets = static_cast<int64_t>(agg[1]);
-  std::copy(agg.begin() + 2, agg.end(), total.metric_sums.begin());
+  std::vector<double> none;
+  all_reduce_stats(&total, &none);
   return total;
+}
+
+std::vector<double> Run::global_units(const std::vector<TrainBatch>& batches) {
+  std::vector<double> units;
+  for (const TrainBatch& b : batches) units.push_back(static_cast<double>(strategy_->count_units(b)));
+  comm_.all_reduce_sum(units.data(), units.size());
+  return units;
+}
+
+void Run::all_reduce_stats(MicroStats* s, std::vector<double>* extra) {
+  std::vector<double> v{s->loss_sum, static_cast<double>(s->num_targets)};
+  v.insert(v.end(), s->metric_sums.begin(), s->metric_sums.end());
+  v.insert(v.end(), extra->begin(), extra->end());
+  comm_.all_reduce_sum(v.data(), v.size());
+  s->loss_sum = v[0];
+  s->num_targets = static_cast<int64_t>(v[1]);
+  std::copy(v.begin() + 2, v.begin() + 2 + kMaxMetrics, s->metric_sums.begin());
+  std::copy(v.begin() + 2 + kMaxMetrics, v.end(), extra->begin());
+}
+
+bool Run::stop_agreed() {
+  double flag = g_stop_signal.load() != 0 ? 1.0 : 0.0;
+  comm_.all_reduce_sum(&flag, 1);
+  return flag > 0;
 }
 
 Json Run::validation_record() {
@@ -339,8 +371,12 @@ void Run::save_weights(const std::string& dir) const {
 
 void Run::save_checkpoint(int64_t step) {
   const fs::path root = fs::path(o_.output_dir) / "checkpoints";
-  fs::create_directories(root);
   const fs::path final_dir = root / step_dir_name(step);
+  if (!primary()) {  // every rank holds the same weights and state; rank 0 writes them
+    last_ckpt_ = final_dir.string();
+    return;
+  }
+  fs::create_directories(root);
   const fs::path tmp = root / (".tmp-" + step_dir_name(step) + "-" + std::to_string(::getpid()));
   std::error_code ec;
   fs::remove_all(tmp, ec);
@@ -353,7 +389,7 @@ void Run::save_checkpoint(int64_t step) {
   state["step"] = step;
   state["adamw_step"] = adam_->step_count();
   state["sampler"] = sampler_->to_json();
-  state["options"] = options_fingerprint(o_);
+  state["options"] = options_fingerprint(o_, comm_.size());
   state["total_steps"] = total_steps_;
   strategy_->save_state(tmp.string());
   tokenizer::copy_tokenizer_files(tokenizer_dir_, tmp.string());
@@ -366,11 +402,12 @@ void Run::save_checkpoint(int64_t step) {
 
 void Run::load_checkpoint(const std::string& dir) {
   const Json state = read_json_file(dir + "/trainer_state.json");
-  const Json fp = options_fingerprint(o_);
+  const Json fp = options_fingerprint(o_, comm_.size());
   const Json& saved = state.at("options");
   for (auto it = fp.begin(); it != fp.end(); ++it)
-    ASTRAI_CHECK(saved.contains(it.key()) && saved[it.key()] == it.value(), "cannot resume from ", dir, ": --",
-                 flag_name(it.key()), " was ", saved.value(it.key(), Json()).dump(), ", now ", it.value().dump());
+    ASTRAI_CHECK(saved.contains(it.key()) && saved[it.key()] == it.value(), "cannot resume from ", dir, ": ",
+                 it.key() == "batch_size" ? "the global batch (--batch-size × ranks)" : "--" + flag_name(it.key()),
+                 " was ", saved.value(it.key(), Json()).dump(), ", now ", it.value().dump());
   if (lora_) {
     lora_->load(dir);
     lora_->refresh();
@@ -395,6 +432,7 @@ void Run::load_checkpoint(const std::string& dir) {
 }
 
 void Run::write_metrics_line(const Json& j) {
+  if (!primary()) return;
   std::ofstream out(fs::path(o_.output_dir) / "metrics.jsonl", std::ios::app);
   out << j.dump() << '\n';
 }
@@ -411,6 +449,8 @@ TrainResult Run::go() {
   ASTRAI_CHECK(o_.lora.rank > 0 || o_.lora.dropout == 0, "--lora-dropout applies to LoRA: give --lora-rank too");
   ASTRAI_CHECK(o_.train_type == "grpo" || o_.ppo_epochs == 1, "--ppo-epochs is for --train-type grpo");
   if (o_.threads > 0) set_num_threads(o_.threads);
+  else if (comm_.local_size() > 1 && std::getenv("OMP_NUM_THREADS") == nullptr)  // ranks share the cores
+    set_num_threads(std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / comm_.local_size()));
   setup_model();
   setup_data();
   sched_.kind = o_.schedule;
@@ -419,17 +459,17 @@ TrainResult Run::go() {
   sched_.warmup_steps = o_.warmup_steps;
   sched_.total_steps = total_steps_;
   validate_schedule(sched_);
-  fs::create_directories(o_.output_dir);
+  if (primary()) fs::create_directories(o_.output_dir);
   const fs::path metrics = fs::path(o_.output_dir) / "metrics.jsonl";
   if (o_.resume) {
     const std::string ckpt = latest_checkpoint(o_.output_dir);
     ASTRAI_CHECK(!ckpt.empty(), "--resume: no checkpoint under ", o_.output_dir, "/checkpoints");
     load_checkpoint(ckpt);
-    log_info("resumed from ", ckpt, " at step ", step_);
+    if (primary()) log_info("resumed from ", ckpt, " at step ", step_);
     // Keep the metrics of the updates the checkpoint contains; later lines belong to a
     // run that was lost and will be recomputed.
     std::string kept;
-    if (fs::exists(metrics)) {
+    if (primary() && fs::exists(metrics)) {
       std::ifstream in(metrics);
       std::string line;
       while (std::getline(in, line)) {
@@ -438,17 +478,19 @@ TrainResult Run::go() {
         if (!j.is_discarded() && j.value("step", int64_t{0}) <= step_) kept += line + "\n";
       }
     }
-    write_file_atomic(metrics.string(), kept);
+    if (primary()) write_file_atomic(metrics.string(), kept);
   } else {
     ASTRAI_CHECK(latest_checkpoint(o_.output_dir).empty(), o_.output_dir,
                  " already holds checkpoints: pass --resume to continue, or choose another --output");
-    write_file_atomic(metrics.string(), "");
+    if (primary()) write_file_atomic(metrics.string(), "");
   }
-  if (lora_)
+  if (lora_ && primary())
     log_info("LoRA: ", lora_->num_params(), " trainable parameters (rank ", o_.lora.rank, ", alpha ", o_.lora.alpha,
              ", ", lora_->specs().size() / 2, " projections); the other weights are frozen");
-  log_info("training ", model_->num_params(), " parameters (", config_.summary(), ") for ", total_steps_,
-           " updates of ", o_.batch_size * o_.grad_accum, " ", source_->sample_noun());
+  if (primary())
+    log_info("training ", model_->num_params(), " parameters (", config_.summary(), ") for ", total_steps_,
+             " updates of ", o_.batch_size * o_.grad_accum * comm_.size(), " ", source_->sample_noun(),
+             comm_.size() > 1 ? str_cat(" (", o_.batch_size * o_.grad_accum, " on each of ", comm_.size(), " ranks)") : "");
 
   SignalGuard signals;
   TrainResult result;
@@ -457,20 +499,29 @@ TrainResult Run::go() {
   const int64_t first_step = step_;
   // One batch per micro-batch; with --ppo-epochs k a batch of rollouts serves k updates.
   std::vector<TrainBatch> batches(static_cast<size_t>(o_.grad_accum));
+  std::vector<double> units;  // per micro-batch, the loss units of all ranks
   while (step_ < total_steps_) {
     Timer step_timer;
+    const double comm_s0 = comm_.seconds();
+    const int64_t comm_b0 = comm_.bytes();
     model_->zero_grads();
     if (lora_) lora_->zero_grads();
     double loss = 0.0;
     int64_t tokens = 0;
     MicroStats step_stats;  // metric sums over the update's micro-batches
-    const bool fresh = step_ % o_.ppo_epochs == 0;
+    if (step_ % o_.ppo_epochs == 0) {  // fresh batches
+      for (TrainBatch& batch : batches) source_->fill(sampler_->next_batch(o_.batch_size), &batch);
+      units = global_units(batches);
+    }
     for (int64_t m = 0; m < o_.grad_accum; ++m) {
       TrainBatch& batch = batches[static_cast<size_t>(m)];
-      if (fresh) source_->fill(sampler_->next_batch(o_.batch_size), &batch);
       model_->set_dropout_seed(dropout_seed(o_.seed, step_, m));
-      const MicroStats s = strategy_->run(*model_, batch, 1.0f / static_cast<float>(o_.grad_accum));
-      loss += s.loss() / static_cast<double>(o_.grad_accum);
+      // This rank's share of the micro-batch's units: the summed gradients are those of the
+      // mean over all ranks' units (1 with one rank: the scale stays 1 / grad_accum).
+      const double all = units[static_cast<size_t>(m)];
+      const double share = all > 0 ? static_cast<double>(strategy_->count_units(batch)) / all : 0.0;
+      const MicroStats s = strategy_->run(*model_, batch, static_cast<float>(share / static_cast<double>(o_.grad_accum)));
+      if (all > 0) loss += s.loss_sum / all / static_cast<double>(o_.grad_accum);
       tokens += batch.num_tokens();
       step_stats.add(s);
     }
@@ -478,9 +529,10 @@ TrainResult Run::go() {
     FloatBuffer& params = lora_ ? lora_->params() : model_->params();
     FloatBuffer& grads = lora_ ? lora_->grads() : model_->grads();
     comm_.all_reduce_sum(grads.data(), grads.size());
-    double loss_buf = loss / comm_.size();
-    comm_.all_reduce_sum(&loss_buf, 1);
-    loss = loss_buf;
+    std::vector<double> sums{loss, static_cast<double>(tokens)};
+    all_reduce_stats(&step_stats, &sums);
+    loss = sums[0];
+    tokens = static_cast<int64_t>(sums[1]);
     const double norm = clip_grad_norm(grads.data(), grads.size(), o_.max_grad_norm);
     if (!std::isfinite(loss) || !std::isfinite(norm)) {
       fail("loss became ", loss, " (gradient norm ", norm, ") at update ", step_ + 1,
@@ -493,12 +545,16 @@ TrainResult Run::go() {
     if (lora_) lora_->refresh();
     const double dt = step_timer.seconds();
     Json rec{{"step", step_ + 1}, {"loss", loss}, {"lr", lr}, {"grad_norm", norm},
-             {"tokens_per_s", dt > 0 ? static_cast<double>(tokens) * comm_.size() / dt : 0.0}, {"step_seconds", dt}};
+             {"tokens_per_s", dt > 0 ? static_cast<double>(tokens) / dt : 0.0}, {"step_seconds", dt}};
+    if (comm_.size() > 1) {  // rank 0's time in this update's collectives, and the bytes it sent into them
+      rec["comm_seconds"] = comm_.seconds() - comm_s0;
+      rec["comm_bytes"] = comm_.bytes() - comm_b0;
+    }
     add_metrics(step_stats, "", &rec);
     source_->add_metrics(&rec);
     if (rec.contains("rollout_seconds")) {  // grpo: the rate of the training part alone
       const double train_s = dt - rec["rollout_seconds"].get<double>();
-      rec["train_tokens_per_s"] = train_s > 0 ? static_cast<double>(tokens) * comm_.size() / train_s : 0.0;
+      rec["train_tokens_per_s"] = train_s > 0 ? static_cast<double>(tokens) / train_s : 0.0;
     }
     ++step_;
     strategy_->after_update(step_, *model_);
@@ -510,33 +566,44 @@ TrainResult Run::go() {
     }
     write_metrics_line(rec);
     result.last_loss = loss;
-    if (o_.progress) print_progress(rec, run_timer.seconds() / static_cast<double>(step_ - first_step), first_step);
+    if (o_.progress && primary()) print_progress(rec, run_timer.seconds() / static_cast<double>(step_ - first_step), first_step);
     // A stop waits for the end of the current batch of rollouts (--ppo-epochs).
-    const bool stop = g_stop_signal.load() != 0 && step_ % o_.ppo_epochs == 0;
+    const bool stop = stop_agreed() && step_ % o_.ppo_epochs == 0;
     if (last || stop || (o_.ckpt_interval > 0 && step_ % o_.ckpt_interval == 0)) save_checkpoint(step_);
     if (stop) {
-      if (tty_ && o_.progress) std::fprintf(stderr, "\n");
-      log_warn("stopped by signal ", g_stop_signal.load(), " after update ", step_, "; checkpoint ", last_ckpt_,
-               " (continue with --resume)");
+      if (tty_ && o_.progress && primary()) std::fprintf(stderr, "\n");
+      if (primary())
+        log_warn("stopped by signal ", g_stop_signal.load() != 0 ? std::to_string(g_stop_signal.load()) : "(on another rank)",
+                 " after update ", step_, "; checkpoint ", last_ckpt_, " (continue with --resume)");
       result.interrupted = true;
       break;
     }
   }
-  if (!result.interrupted) {
+  if (!result.interrupted && primary()) {
     if (step_ == first_step && !last_ckpt_.empty()) log_info("nothing to do: ", last_ckpt_, " is at step ", step_);
     save_weights(o_.output_dir);
     tokenizer::copy_tokenizer_files(tokenizer_dir_, o_.output_dir);
   }
   result.steps_done = step_;
   result.last_checkpoint = last_ckpt_;
+  result.primary = primary();
   return result;
 }
 
 }  // namespace
 
 TrainResult run_training(const TrainOptions& options) {
-  Run run(options);
-  return run.go();
+  CommunicatorOptions co;
+  co.deterministic = options.deterministic_allreduce;
+  co.timeout_s = options.collective_timeout;
+  const std::unique_ptr<Communicator> comm = make_communicator(co);
+  try {
+    Run run(options, *comm);
+    return run.go();
+  } catch (const std::exception& e) {
+    comm->abort_all(e.what());  // other ranks would wait for this one until their timeout
+    throw;
+  }
 }
 
 }  // namespace astrai::train

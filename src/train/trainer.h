@@ -6,6 +6,12 @@
 // named step-N holds the weights after update N plus everything needed to run update N + 1
 // exactly as an uninterrupted run would (AdamW moments and step count, sampler position).
 //
+// Data parallel (`mpirun -np N`, communicator.h): rank r trains on its share of each global
+// batch (data::Sampler's rank sharding), gradients are weighted by each rank's share of the
+// update's loss units and summed across ranks before clipping, so every rank applies the same
+// update and N ranks of --batch-size b follow 1 rank of batch N·b. Only rank 0 writes (metrics,
+// checkpoints, output, progress); a stop signal on any rank stops all after the same update.
+//
 // Output directory:
 //   metrics.jsonl                    one record per update: step, loss, lr, grad_norm,
 //                                    tokens_per_s, the strategy's metrics (dpo: rewards_*)
@@ -73,6 +79,9 @@ struct TrainOptions {
   bool progress = true;
   double init_std = 0.02;
   LoraOptions lora;  // rank 0: full fine-tuning
+  // Data parallel (mpirun -np N; communicator.h): --batch-size is per rank.
+  bool deterministic_allreduce = false;  // rank-ordered sums: reruns give the same bits
+  double collective_timeout = 600.0;     // seconds a collective may wait; <= 0: forever
 };
 
 struct TrainResult {
@@ -81,6 +90,7 @@ struct TrainResult {
   double last_val_loss = -1.0;  // < 0 when never validated
   bool interrupted = false;     // stopped by SIGINT/SIGTERM (checkpoint saved)
   std::string last_checkpoint;
+  bool primary = true;  // rank 0 (the one that writes), or a single process
 };
 
 // Runs training; throws astrai::Error for bad inputs (before training starts) and for a

@@ -73,8 +73,27 @@ TEST(Sampler, ResumeWithDifferentSettingsIsAnError) {
   EXPECT_THAT(error_of([&] { other_seed.load_json(saved); }), ::testing::HasSubstr("seed"));
   Sampler other_data(101, opts(9));
   EXPECT_THAT(error_of([&] { other_data.load_json(saved); }), ::testing::HasSubstr("dataset now has 101"));
-  Sampler other_world(100, opts(9, 0, 2));
-  EXPECT_THAT(error_of([&] { other_world.load_json(saved); }), ::testing::HasSubstr("world size"));
+  Sampler other_world(100, opts(9, 0, 2));  // 5 samples taken: 2 ranks cannot split them evenly
+  EXPECT_THAT(error_of([&] { other_world.load_json(saved); }), ::testing::HasSubstr("2 ranks cannot continue"));
+}
+
+TEST(Sampler, ResumeWithAnotherWorldSizeContinuesTheGlobalOrder) {
+  const int64_t n = 64;
+  Sampler one(n, opts(9));
+  const auto global = one.next_batch(2 * n);  // epochs 0 and 1 in global order
+  for (int64_t taken : {6, 16}) {             // 16: epoch 0 done (4 ranks x 16 = 64)
+    Sampler four(n, opts(9, 0, 4));
+    four.next_batch(taken);
+    const Json saved = four.to_json();  // rank 0's state stands for every rank's
+    const int64_t position = taken * 4;
+    for (int r = 0; r < 2; ++r) {
+      Sampler two(n, opts(9, r, 2));
+      two.load_json(saved);
+      const auto next = two.next_batch(5);
+      for (int64_t k = 0; k < 5; ++k)
+        EXPECT_EQ(next[k], global[position + r + 2 * k]) << "taken " << taken << " rank " << r << " k " << k;
+    }
+  }
 }
 
 TEST(Sampler, RanksAreDisjointAndCoverTheEpoch) {

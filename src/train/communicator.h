@@ -1,0 +1,77 @@
+// Data-parallel communication for the trainer: sums gradients and scalars across the ranks of
+// `mpirun -np N astrai train` between accumulation and the optimizer step.
+//
+// make_communicator() picks the implementation: LocalCommunicator (the identity) for a plain
+// process, and the MPI communicator (communicator.cc) when a launcher started more than one
+// process (env OMPI_COMM_WORLD_SIZE, PMI_SIZE or SLURM_STEP_NUM_TASKS > 1). MPI is initialised
+// only then, so a plain `astrai train` never touches it; a build without MPI fails such a
+// launch with a clear error instead of training N unrelated copies.
+//
+// Every collective of the MPI communicator is non-blocking and polled against a deadline
+// (--collective-timeout): a rank that died or stalls makes the others fail with an error
+// naming the operation, not hang. With `deterministic` the sums are taken in rank order
+// (gather to rank 0, ((x0 + x1) + x2) + ..., broadcast), so two runs with the same number of
+// ranks give the same bits whatever reduction algorithm the MPI library would have chosen.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace astrai::train {
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // Processes of this job on this machine (threads per rank default to cores / local_size).
+  virtual int local_size() const { return 1; }
+  virtual void all_reduce_sum(float* data, size_t n) = 0;
+  virtual void all_reduce_sum(double* data, size_t n) = 0;
+  // Ends every rank after an error on this one (MPI_Abort) with `what` on stderr; returns
+  // (and the caller rethrows) when there is nobody else to stop.
+  virtual void abort_all(const std::string& /*what*/) {}
+
+  // Time spent in collectives and bytes this rank contributed to them, since construction.
+  double seconds() const { return seconds_; }
+  int64_t bytes() const { return bytes_; }
+
+ protected:
+  double seconds_ = 0.0;
+  int64_t bytes_ = 0;
+};
+
+class LocalCommunicator final : public Communicator {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  void all_reduce_sum(float*, size_t) override {}
+  void all_reduce_sum(double*, size_t) override {}
+};
+
+struct CommunicatorOptions {
+  bool deterministic = false;  // rank-ordered sums (--deterministic-allreduce)
+  double timeout_s = 600.0;    // per collective; <= 0 waits forever (--collective-timeout)
+};
+
+// The number of processes the launcher started (1 for a plain process).
+int launched_world_size();
+
+// LocalCommunicator for a plain process, else the MPI communicator (MPI initialised here and
+// finalised when it is destroyed); a multi-process launch of a build without MPI is an error.
+std::unique_ptr<Communicator> make_communicator(const CommunicatorOptions& options);
+
+// out[i] = (((x_0[i] + x_1[i]) + x_2[i]) + ...) for x_r = gathered + r * n: the fixed-order
+// sum of the deterministic all-reduce.
+template <typename T>
+void sum_in_rank_order(const T* gathered, int ranks, size_t n, T* out) {
+  for (size_t i = 0; i < n; ++i) out[i] = gathered[i];
+  for (int r = 1; r < ranks; ++r) {
+    const T* x = gathered + static_cast<size_t>(r) * n;
+    for (size_t i = 0; i < n; ++i) out[i] += x[i];
+  }
+}
+
+}  // namespace astrai::train
