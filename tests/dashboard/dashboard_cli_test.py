@@ -173,6 +173,12 @@ def plot_checks(tmp, run_dir):
         check(r.returncode != 0 and want in r.stderr, f"plot {' '.join(args[-3:])}: error mentions '{want}' ({r.stderr.strip()[-200:]})")
     r = run([ASTRAI, "dashboard", os.path.join(tmp, "nothing"), "--port", "0"])
     check(r.returncode != 0 and "no such directory" in r.stderr, "dashboard rejects a missing directory")
+    # Under mpirun every rank would open a dashboard: refused before training starts.
+    r = subprocess.run(train_args(os.path.join(tmp, "data"), os.path.join(tmp, "config.json"), os.path.join(tmp, "mpi"),
+                                  2, ["--dashboard", "--port", "0"]),
+                       capture_output=True, text=True, env={**os.environ, "OMPI_COMM_WORLD_SIZE": "2"})
+    check(r.returncode != 0 and "--dashboard under mpirun/srun is not supported" in r.stderr,
+          f"--dashboard under mpirun is refused ({r.stderr.strip()[-200:]})")
 
 
 def main():
