@@ -31,14 +31,11 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(HERE))
-from cli_checks import check, finish, metrics, run, without_timing  # noqa: E402
+from cli_checks import TINY_CONFIG, check, finish, metrics, run, tiny_seq_args, tiny_seq_setup, without_timing  # noqa: E402
 from safetensors_np import read_safetensors_f32  # noqa: E402
 
 SKIP = 77  # SKIP_RETURN_CODE in tests/train/CMakeLists.txt
 ASTRAI, MAKE, MPIEXEC = sys.argv[1], sys.argv[2], sys.argv[3] if len(sys.argv) > 3 else ""
-CONFIG = dict(model_type="llama", vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-              num_key_value_heads=2, intermediate_size=64, rms_norm_eps=1e-6, rope_theta=10000.0,
-              tie_word_embeddings=True, max_position_embeddings=128)
 STEPS = 50
 GLOBAL_BATCH = 4
 TOL = 1e-6
@@ -50,10 +47,8 @@ TIMING = ("comm_seconds",)
 
 
 def train_args(data, cfg, out, ranks, steps=STEPS, extra=()):
-    return [ASTRAI, "train", "--train-type", "seq", "--data", data, "--config", cfg, "--output", out,
-            "--batch-size", str(GLOBAL_BATCH // ranks), "--seq-len", "32", "--max-steps", str(steps),
-            "--max-lr", "3e-3", "--warmup-steps", "5", "--val-split", "0.1", "--val-interval", "10",
-            "--val-batches", "2", "--threads", "1", "--no-progress", "--seed", "7", *extra]
+    return tiny_seq_args(ASTRAI, data, cfg, out, steps, batch=GLOBAL_BATCH // ranks,
+                         extra=("--val-batches", "2", *extra))
 
 
 def mpi(ranks):
@@ -181,7 +176,7 @@ def sft_uneven_targets(tmp):
     tok, data = os.path.join(tmp, "tok"), os.path.join(tmp, "sft_data")
     assert run([ASTRAI, "tokenizer", "train", "--input", corpus, "--vocab-size", "300", "--output", tok]).returncode == 0
     vocab = len(json.load(open(os.path.join(tok, "tokenizer.json")))["model"]["vocab"])
-    json.dump(dict(CONFIG, vocab_size=vocab), open(cfg, "w"))
+    json.dump(dict(TINY_CONFIG, vocab_size=vocab), open(cfg, "w"))
     r = run([ASTRAI, "preprocess", "--tokenizer", tok, "--input", jsonl, "--output", data, "--seq-len", "32",
              "--quiet"])
     assert r.returncode == 0, r.stderr
@@ -276,11 +271,7 @@ def main():
         sys.exit(SKIP)
     tmp = tempfile.mkdtemp(prefix="astrai_mpi_test_")
     try:
-        data = os.path.join(tmp, "data")
-        r = run([MAKE, data, "300", "64"])
-        assert r.returncode == 0, r.stderr
-        cfg = os.path.join(tmp, "config.json")
-        json.dump(CONFIG, open(cfg, "w"))
+        data, cfg = tiny_seq_setup(MAKE, tmp)
         ref = exactness(tmp, data, cfg)
         sft_uneven_targets(tmp)
         determinism(tmp, data, cfg, ref)

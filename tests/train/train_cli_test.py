@@ -19,29 +19,19 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from cli_checks import check, finish, metrics, run, without_timing  # noqa: E402
+from cli_checks import check, finish, metrics, run, tiny_seq_args, tiny_seq_setup, without_timing  # noqa: E402
 
 ASTRAI, MAKE = sys.argv[1], sys.argv[2]
-CONFIG = dict(model_type="llama", vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-              num_key_value_heads=2, intermediate_size=64, rms_norm_eps=1e-6, rope_theta=10000.0,
-              tie_word_embeddings=True, max_position_embeddings=128)
 
 
 def train_args(data, cfg, out, steps, extra=()):
-    return [ASTRAI, "train", "--train-type", "seq", "--data", data, "--config", cfg, "--output", out,
-            "--batch-size", "4", "--seq-len", "32", "--max-steps", str(steps), "--max-lr", "3e-3",
-            "--warmup-steps", "5", "--val-split", "0.1", "--val-interval", "5", "--threads", "1",
-            "--no-progress", "--seed", "7", *extra]
+    return tiny_seq_args(ASTRAI, data, cfg, out, steps, val_interval=5, extra=extra)
 
 
 def main():
     tmp = tempfile.mkdtemp(prefix="astrai_train_test_")
     try:
-        data = os.path.join(tmp, "data")
-        r = run([MAKE, data, "300", "64"])
-        assert r.returncode == 0, r.stderr
-        cfg = os.path.join(tmp, "config.json")
-        json.dump(CONFIG, open(cfg, "w"))
+        data, cfg = tiny_seq_setup(MAKE, tmp)
 
         # Reference: uninterrupted.
         ref = os.path.join(tmp, "ref")
