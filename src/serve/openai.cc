@@ -313,14 +313,32 @@ double round_ms(double ms) { return std::round(ms * 1000.0) / 1000.0; }
 }  // namespace
 
 Json timings_json(const Timings& t) {
+  // The rate from the decode span as reported (rounded), so that the fields agree with each other.
+  const double decode_ms = round_ms(t.decode_ms);
   Json rate = nullptr;
-  if (t.decode_ms > 0 && t.decode_tokens > 0) rate = round_ms(t.decode_tokens / (t.decode_ms / 1000.0));
+  if (decode_ms > 0 && t.decode_tokens > 0) rate = round_ms(t.decode_tokens / (decode_ms / 1000.0));
   return {{"queue_ms", round_ms(t.queue_ms)},
           {"ttft_ms", t.ttft_ms < 0 ? Json(nullptr) : Json(round_ms(t.ttft_ms))},
-          {"decode_ms", round_ms(t.decode_ms)},
+          {"decode_ms", decode_ms},
           {"decode_tokens", t.decode_tokens},
           {"decode_tokens_per_second", rate}};
 }
+
+namespace {
+// A whole (non-streamed) response: its choices, usage, and the server's timings when measured.
+Json response_json(const std::string& id, const char* object, int64_t created, const std::string& model,
+                   Json choices, const Usage& usage) {
+  Json j = {{"id", id},
+            {"object", object},
+            {"created", created},
+            {"model", model},
+            {"system_fingerprint", nullptr},
+            {"choices", std::move(choices)},
+            {"usage", usage_json(usage)}};
+  if (usage.timings) j["timings"] = timings_json(*usage.timings);
+  return j;
+}
+}  // namespace
 
 Json model_json(const std::string& model, int64_t created, int32_t max_model_len) {
   Json j = {{"id", model}, {"object", "model"}, {"created", created}, {"owned_by", "astrai"}};
@@ -448,15 +466,7 @@ Json ChatWriter::response(const Usage& usage) const {
                        {"logprobs", logprobs_ ? logprobs_json(c.logprobs()) : Json(nullptr)},
                        {"finish_reason", finish_reason(c)}});
   }
-  Json j = {{"id", id_},
-           {"object", "chat.completion"},
-           {"created", created_},
-           {"model", model_},
-           {"system_fingerprint", nullptr},
-           {"choices", std::move(choices)},
-           {"usage", usage_json(usage)}};
-  if (usage.timings) j["timings"] = timings_json(*usage.timings);
-  return j;
+  return response_json(id_, "chat.completion", created_, model_, std::move(choices), usage);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -575,15 +585,7 @@ Json CompletionWriter::response(const infer::GenerationResult& result, const Usa
                        {"logprobs", std::move(lp)},
                        {"finish_reason", score_only_ ? "length" : completion_finish(c.finish())}});
   }
-  Json j = {{"id", id_},
-           {"object", "text_completion"},
-           {"created", created_},
-           {"model", model_},
-           {"system_fingerprint", nullptr},
-           {"choices", std::move(choices)},
-           {"usage", usage_json(usage)}};
-  if (usage.timings) j["timings"] = timings_json(*usage.timings);
-  return j;
+  return response_json(id_, "text_completion", created_, model_, std::move(choices), usage);
 }
 
 }  // namespace astrai::serve::openai
