@@ -1,4 +1,4 @@
-// `astrai bench decode | prefix` (inference engine benchmarks; other files add more through
+// `astrai bench decode | prefill | prefix` (inference engine benchmarks; other files add more through
 // cli/bench.h). Both run on a random-weight ~100M Llama-style model unless --model is given.
 //
 // decode: batch 1/8/32, prompt 512, generate 128. Reports aggregate decode tokens/s (after every
@@ -7,6 +7,9 @@
 //   ratio, the share of the engine's forward passes spent in attention (timed inside them), and
 //   the engine's own overhead (scheduling + sampling) as a share of the step. --kv-dtype bf16
 //   stores the KV cache in bf16 (half the bytes attention reads).
+// prefill: prompt processing, llama-bench's "pp" test as users run it: `--batches` requests of
+//   --prompt tokens each submitted at once; prompt tokens per second until the last one has its
+//   first token (best of --repeat runs), and the mean time to first token.
 // prefix: 32 requests sharing a 1000-token prefix: time to first token and total time with the
 //   prefix cache on and off.
 #include <algorithm>
@@ -314,6 +317,43 @@ void run_decode(const DecodeFlags& f) {
   if (f.json) std::printf("%s\n", report.dump().c_str());
 }
 
+struct PrefillFlags {
+  BenchModelFlags model;
+  int prompt = 512;
+  int repeat = 3;
+  std::vector<int> batches = {1};
+  std::string kv_dtype = "auto";
+  bool json = false;
+};
+
+void run_prefill(const PrefillFlags& f) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  ASTRAI_CHECK(f.prompt > 0 && f.repeat > 0, "bench prefill: --prompt and --repeat must be positive");
+  auto m = bench_model(f.model);
+  const kernels::CpuInfo& cpu = kernels::cpu_info();
+  const bool on_cpu = m->device() == Device::kCpu;
+  const std::string level = on_cpu ? std::string(kernels::isa_name(kernels::active_isa())) : "cuda";
+  std::printf("model: %.1fM parameters, %.0f MB of weights; %d threads; cpu: %s, kernels %s\n",
+              m->num_parameters() / 1e6, static_cast<double>(m->weight_bytes()) / 1e6, num_threads(),
+              cpu.model.empty() ? cpu.arch.c_str() : cpu.model.c_str(), level.c_str());
+  Json report = {{"params", m->num_parameters()}, {"weight_bytes", static_cast<double>(m->weight_bytes())},
+                 {"cpu", cpu.model}, {"kernels", level}, {"prompt", f.prompt}};
+  for (int b : f.batches) {
+    ASTRAI_CHECK(b > 0, "bench prefill: batch sizes must be positive (got ", b, ")");
+    RunStats best;
+    for (int r = 0; r < f.repeat; ++r) {  // one generated token: the run ends when every prompt is processed
+      RunStats s = run_batch(m, b, f.prompt, 1, false, f.kv_dtype);
+      if (r == 0 || s.total_seconds < best.total_seconds) best = s;
+    }
+    const double tps = double(b) * f.prompt / best.total_seconds;
+    std::printf("batch %2d x %d tokens: %8.1f prompt tok/s  (%.3f s; mean time to first token %.3f s; best of %d)\n", b,
+                f.prompt, tps, best.total_seconds, best.mean_ttft, f.repeat);
+    report["batches"].push_back({{"batch", b}, {"tokens_per_s", tps}, {"seconds", best.total_seconds},
+                                 {"mean_ttft", best.mean_ttft}});
+  }
+  if (f.json) std::printf("%s\n", report.dump().c_str());
+}
+
 struct PrefixFlags {
   BenchModelFlags model;
   int requests = 32, prefix = 1000, suffix = 24, gen = 16;
@@ -341,11 +381,20 @@ void setup_bench(CLI::App& app) {
   d->model.add(dec);
   dec->add_option("--prompt", d->prompt, "Prompt tokens per request");
   dec->add_option("--gen", d->gen, "Generated tokens per request");
-  dec->add_option("--batches", d->batches, "Batch sizes");
+  dec->add_option("--batches", d->batches, "Batch sizes (1,8,32 or 1 8 32)")->delimiter(',');
   add_kv_dtype_option(dec, &d->kv_dtype);
   dec->add_flag("--json", d->json, "Also print a JSON report");
   dec->add_flag("--profile", d->profile, "Print where each decode step's forward time goes, per operation");
   dec->callback([d] { run_decode(*d); });
+  auto pf = std::make_shared<PrefillFlags>();
+  auto* fill = bench->add_subcommand("prefill", "Prompt processing throughput of the inference engine (llama-bench's pp)");
+  pf->model.add(fill);
+  fill->add_option("--prompt", pf->prompt, "Prompt tokens per request")->check(CLI::PositiveNumber);
+  fill->add_option("--batches", pf->batches, "Requests submitted at once, each size a run of its own (1,8 or 1 8)")->delimiter(',');
+  fill->add_option("--repeat", pf->repeat, "Runs per batch size; the fastest is reported")->check(CLI::PositiveNumber);
+  add_kv_dtype_option(fill, &pf->kv_dtype);
+  fill->add_flag("--json", pf->json, "Also print a JSON report");
+  fill->callback([pf] { run_prefill(*pf); });
   auto p = std::make_shared<PrefixFlags>();
   auto* pre = bench->add_subcommand("prefix", "Shared-prefix workload, prefix cache on vs off");
   p->model.add(pre);

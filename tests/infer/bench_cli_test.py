@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
-"""End-to-end checks of `astrai bench decode` and `astrai bench prefix` on a tiny random model.
+"""End-to-end checks of `astrai bench decode`, `prefill` and `prefix` on a tiny random model.
 They check what the reports say, never how fast anything is:
 1. decode: every batch size has a positive rate and step, a forward inside the step, shares in
    [0, 1], the requested KV dtype; --profile prints one line per operation whose times add up
    to the forward;
 2. prefix: the cache serves the shared prefix's full pages to every request after the first
    when on (even those that could have started in the first step), and nothing when off;
-3. a bad KV dtype is a clear error.
+3. prefill: one entry per batch size (comma-separated), prompt tokens / seconds = the rate, the
+   mean time to first token within the run;
+4. bad flags (KV dtype, a zero prompt) are clear errors.
 
 usage: bench_cli_test.py ASTRAI
 """
@@ -69,13 +71,32 @@ def prefix():
     check(hits.get("off", -1) == 0, "cache off: nothing served")
 
 
+def prefill():
+    r = run(["bench", "prefill", *TINY, "--prompt", "96", "--batches", "1,3", "--repeat", "2", "--json"])
+    check(r.returncode == 0, f"bench prefill exits 0 ({r.stderr.strip()[-200:]})")
+    if r.returncode != 0:
+        return
+    report = json.loads(r.stdout.strip().splitlines()[-1])
+    check(report["prompt"] == 96 and report["kernels"] != "", "the report names the prompt length and the kernels")
+    check([b["batch"] for b in report["batches"]] == [1, 3], "--batches 1,3: one entry per batch size")
+    for b in report["batches"]:
+        n = b["batch"]
+        check(b["seconds"] > 0 and abs(b["tokens_per_s"] - n * 96 / b["seconds"]) <= 1e-6 * b["tokens_per_s"],
+              f"batch {n}: the rate is the prompt tokens over the run's time")
+        check(0 < b["mean_ttft"] <= b["seconds"] * (1 + 1e-9), f"batch {n}: the mean first token comes within the run")
+    check(len(re.findall(r"prompt tok/s", r.stdout)) == 2, "one line per batch size")
+
+
 def bad_input():
     r = run(["bench", "decode", *TINY, "--kv-dtype", "f16"])
     check(r.returncode != 0 and "kv-dtype" in (r.stderr + r.stdout), "an unsupported --kv-dtype is an error naming the flag")
+    r = run(["bench", "prefill", *TINY, "--prompt", "0"])
+    check(r.returncode != 0 and "--prompt" in (r.stderr + r.stdout), "--prompt 0 is an error naming the flag")
 
 
 def main():
     decode()
+    prefill()
     prefix()
     bad_input()
     if failures:
