@@ -1,0 +1,297 @@
+#!/usr/bin/python3
+"""AstrAI against llama.cpp on the same machine, in one run, on the same random-weight model.
+
+Writes one 100M-class Llama model (12 layers, hidden 768, 12/4 heads, FFN 2048, vocabulary 32000,
+tied embeddings) as our checkpoint (HF-layout safetensors + config.json) in f32, bf16 and f16,
+and the same weights as GGUF (with the gguf package from llama.cpp's own source tree; Q and K
+rows permuted as llama.cpp's converter does, for its RoPE pairing), then quantized by
+llama-quantize to Q8_0, Q4_0 and Q4_K_M. Then, with the same thread count:
+  llama.cpp: llama-bench -p 512 -n 128 (pp512, tg128) and llama-batched-bench -npp 512 -ntg 128
+             -npl 1,8,32 (aggregate decode with parallel sequences);
+  AstrAI:    astrai bench prefill --prompt 512, astrai bench decode --prompt 512 --gen 128
+             --batches 1,8,32 (KV cache in bf16: the same bytes as llama.cpp's default f16 cache).
+Prints a Markdown table (tokens/s and our / llama.cpp ratios) and writes the raw results as JSON.
+
+    bench/llamacpp/compare.py [--threads 2] [--formats f32,bf16,f16,q8_0,q4_0,q4_k]
+                              [--no-batched] [--out build/llamacpp/compare]
+
+Our Q8_0 checkpoint is written by `astrai quantize` from the f32 one (the same bytes as
+llama-quantize's Q8_0 blocks); the 4-bit formats, which we cannot write yet, are measured on
+llama.cpp's side only.
+Needs: bench/llamacpp/build.sh (run by this script), build/release/src/astrai, numpy.
+"""
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+from safetensors_np import write_safetensors  # noqa: E402
+
+CONFIG = {"model_type": "llama", "vocab_size": 32000, "hidden_size": 768, "intermediate_size": 2048,
+          "num_hidden_layers": 12, "num_attention_heads": 12, "num_key_value_heads": 4,
+          "max_position_embeddings": 32768, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
+          "tie_word_embeddings": True, "hidden_act": "silu", "torch_dtype": "float32"}
+OURS = ("f32", "bf16", "f16")
+OUR_QUANT = ("q8_0",)  # written by astrai quantize from the f32 checkpoint
+QUANT = {"q8_0": "Q8_0", "q4_0": "Q4_0", "q4_k": "Q4_K_M"}
+
+
+def log(*a):
+    print("compare:", *a, file=sys.stderr, flush=True)
+
+
+def hf_weights(seed=1):
+    """name -> float32 array, HF Llama names, uniform(+-sqrt(3 / fan_in)) matrices, unit norms."""
+    c, rng = CONFIG, np.random.default_rng(seed)
+    h, f, v = c["hidden_size"], c["intermediate_size"], c["vocab_size"]
+    hd = h // c["num_attention_heads"]
+    kv = c["num_key_value_heads"] * hd
+
+    def mat(rows, cols):
+        a = np.sqrt(3.0 / cols)
+        return rng.uniform(-a, a, size=(rows, cols)).astype(np.float32)
+
+    w = {"model.embed_tokens.weight": mat(v, h), "model.norm.weight": np.ones(h, np.float32)}
+    for i in range(c["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        w[p + "input_layernorm.weight"] = np.ones(h, np.float32)
+        w[p + "post_attention_layernorm.weight"] = np.ones(h, np.float32)
+        w[p + "self_attn.q_proj.weight"] = mat(h, h)
+        w[p + "self_attn.k_proj.weight"] = mat(kv, h)
+        w[p + "self_attn.v_proj.weight"] = mat(kv, h)
+        w[p + "self_attn.o_proj.weight"] = mat(h, h)
+        w[p + "mlp.gate_proj.weight"] = mat(f, h)
+        w[p + "mlp.up_proj.weight"] = mat(f, h)
+        w[p + "mlp.down_proj.weight"] = mat(h, f)
+    return w
+
+
+def to_bf16_bits(a):
+    """float32 -> bfloat16 bit patterns, round to nearest even."""
+    u = a.astype(np.float32).view(np.uint32).astype(np.uint64)
+    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+def write_ours(weights, dtype, out_dir):
+    os.makedirs(out_dir, exist_ok=True)
+    entries = []
+    for name, a in weights.items():
+        if dtype == "f32":
+            entries.append((name, "F32", a.shape, a.tobytes()))
+        elif dtype == "bf16":
+            entries.append((name, "BF16", a.shape, to_bf16_bits(a).tobytes()))
+        else:
+            entries.append((name, "F16", a.shape, a.astype(np.float16).tobytes()))
+    write_safetensors(os.path.join(out_dir, "model.safetensors"), entries)
+    cfg = dict(CONFIG, torch_dtype={"f32": "float32", "bf16": "bfloat16", "f16": "float16"}[dtype])
+    with open(os.path.join(out_dir, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=1)
+
+
+def permute_rope(w, heads):
+    """HF (half-split RoPE) rows -> llama.cpp's adjacent-pair order, as its converter does."""
+    return w.reshape(heads, 2, w.shape[0] // heads // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def write_gguf(weights, dtype, path, src_dir):
+    sys.path.insert(0, os.path.join(src_dir, "gguf-py"))
+    import gguf  # llama.cpp's own package, from the source tree build.sh cloned
+
+    c = CONFIG
+    wr = gguf.GGUFWriter(path, "llama")
+    wr.add_block_count(c["num_hidden_layers"])
+    wr.add_context_length(c["max_position_embeddings"])
+    wr.add_embedding_length(c["hidden_size"])
+    wr.add_feed_forward_length(c["intermediate_size"])
+    wr.add_head_count(c["num_attention_heads"])
+    wr.add_head_count_kv(c["num_key_value_heads"])
+    wr.add_layer_norm_rms_eps(c["rms_norm_eps"])
+    wr.add_rope_freq_base(c["rope_theta"])
+    wr.add_rope_dimension_count(c["hidden_size"] // c["num_attention_heads"])
+    wr.add_vocab_size(c["vocab_size"])
+    ftype = {"f32": gguf.LlamaFileType.ALL_F32, "f16": gguf.LlamaFileType.MOSTLY_F16,
+             "bf16": gguf.LlamaFileType.MOSTLY_BF16}[dtype]
+    wr.add_file_type(ftype)
+    # A SentencePiece-style vocabulary of placeholder pieces: the benchmarks feed token ids.
+    v = c["vocab_size"]
+    tokens = [b"<unk>", b"<s>", b"</s>"] + [f"<0x{i:02X}>".encode() for i in range(256)]
+    tokens += [f"tok{i}".encode() for i in range(len(tokens), v)]
+    types = [gguf.TokenType.UNKNOWN, gguf.TokenType.CONTROL, gguf.TokenType.CONTROL] + [gguf.TokenType.BYTE] * 256
+    types += [gguf.TokenType.NORMAL] * (v - len(types))
+    wr.add_tokenizer_model("llama")
+    wr.add_token_list(tokens)
+    wr.add_token_scores([0.0] * v)
+    wr.add_token_types(types)
+    wr.add_bos_token_id(1)
+    wr.add_eos_token_id(2)
+
+    def add(name, a):
+        if a.ndim == 1 or dtype == "f32":
+            wr.add_tensor(name, a.astype(np.float32))
+        elif dtype == "f16":
+            wr.add_tensor(name, a.astype(np.float16))
+        else:
+            wr.add_tensor(name, to_bf16_bits(a), raw_shape=a.shape, raw_dtype=gguf.GGMLQuantizationType.BF16)
+
+    heads, kv_heads = c["num_attention_heads"], c["num_key_value_heads"]
+    add("token_embd.weight", weights["model.embed_tokens.weight"])
+    add("output_norm.weight", weights["model.norm.weight"])
+    names = {"input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm", "self_attn.q_proj": "attn_q",
+             "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output",
+             "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down"}
+    for i in range(c["num_hidden_layers"]):
+        for hf, gg in names.items():
+            a = weights[f"model.layers.{i}.{hf}.weight"]
+            if hf == "self_attn.q_proj":
+                a = permute_rope(a, heads)
+            elif hf == "self_attn.k_proj":
+                a = permute_rope(a, kv_heads)
+            add(f"blk.{i}.{gg}.weight", a)
+    wr.write_header_to_file()
+    wr.write_kv_data_to_file()
+    wr.write_tensors_to_file()
+    wr.close()
+
+
+def run(cmd, env=None):
+    log(" ".join(cmd))
+    t = time.time()
+    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    if r.returncode != 0:
+        sys.exit(f"compare: {cmd[0]} failed ({r.returncode}):\n{r.stderr[-3000:]}")
+    log(f"  {time.time() - t:.0f} s")
+    return r.stdout
+
+
+def last_json(text):
+    for line in reversed(text.strip().splitlines()):
+        if line.startswith("{"):
+            return json.loads(line)
+    sys.exit("compare: no JSON report in:\n" + text[-2000:])
+
+
+def llama_side(bin_dir, gguf_path, threads, batched):
+    res = {}
+    out = json.loads(run([f"{bin_dir}/llama-bench", "-m", gguf_path, "-p", "512", "-n", "128", "-t", str(threads),
+                          "-r", "3", "-o", "json"]))
+    for r in out:
+        res["pp512" if r["n_prompt"] else "tg128"] = r["avg_ts"]
+    if batched:
+        text = run([f"{bin_dir}/llama-batched-bench", "-m", gguf_path, "-c", str(32 * 640 + 64), "-b", "2048",
+                    "-ub", "512", "-npp", "512", "-ntg", "128", "-npl", "1,8,32", "-t", str(threads),
+                    "--output-format", "jsonl"])
+        for line in text.splitlines():
+            if line.startswith("{"):
+                j = json.loads(line)
+                res[f"b{j['pl']}_tg"] = j["speed_tg"]
+                res[f"b{j['pl']}_pp"] = j["speed_pp"]
+    return res
+
+
+def our_side(astrai, model_dir, threads, batched):
+    res = {}
+    common = ["--model", model_dir, "--threads", str(threads), "--kv-dtype", "bf16", "--json"]
+    j = last_json(run([astrai, "bench", "prefill", "--prompt", "512", "--batches", "1", "--repeat", "3"] + common))
+    res["pp512"] = j["batches"][0]["tokens_per_s"]
+    res["kernels"], res["cpu"] = j["kernels"], j["cpu"]
+    batches = "1,8,32" if batched else "1"
+    j = last_json(run([astrai, "bench", "decode", "--prompt", "512", "--gen", "128", "--batches", batches] + common))
+    for b in j["batches"]:
+        res[f"b{b['batch']}_tg"] = b["tokens_per_s"]
+    res["tg128"] = res["b1_tg"]
+    return res
+
+
+def cpu_model():
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def table(results, batched):
+    cols = [("pp512", "prompt 512 (tok/s)"), ("tg128", "decode, 1 sequence (tok/s)")]
+    if batched:
+        cols += [("b8_tg", "decode, 8 sequences (tok/s)"), ("b32_tg", "decode, 32 sequences (tok/s)")]
+    head = "| weights | " + " | ".join(f"{t}: llama.cpp / ours / ratio" for _, t in cols) + " |"
+    lines = [head, "|---" * (len(cols) + 1) + "|"]
+    for fmt, r in results.items():
+        cells = []
+        for key, _ in cols:
+            a = r["llama.cpp"].get(key)
+            b = r.get("astrai", {}).get(key)
+            if a is None:
+                cells.append("-")
+            elif b is None:
+                cells.append(f"{a:.1f} / (no {fmt} yet) / -")
+            else:
+                cells.append(f"{a:.1f} / {b:.1f} / {b / a:.2f}x")
+        lines.append(f"| {fmt} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--formats", default="f32,bf16,f16,q8_0,q4_0,q4_k")
+    ap.add_argument("--no-batched", action="store_true", help="skip the 8 and 32 parallel sequences runs")
+    ap.add_argument("--out", default=os.path.join(ROOT, "build", "llamacpp", "compare"))
+    ap.add_argument("--astrai", default=os.path.join(ROOT, "build", "release", "src", "astrai"))
+    a = ap.parse_args()
+    formats = a.formats.split(",")
+    for f in formats:
+        if f not in OURS and f not in QUANT:
+            sys.exit(f"compare: unknown format {f} (known: {', '.join(OURS + tuple(QUANT))})")
+    if not os.access(a.astrai, os.X_OK):
+        sys.exit(f"compare: {a.astrai} not found: build with cmake --build --preset release")
+    bin_dir = subprocess.run([os.path.join(ROOT, "bench", "llamacpp", "build.sh")], check=True, stdout=subprocess.PIPE,
+                             text=True).stdout.strip().splitlines()[-1]
+    src_dir = os.path.join(os.path.dirname(os.path.dirname(bin_dir)), "src")
+    os.makedirs(a.out, exist_ok=True)
+    weights = hf_weights()
+    results = {}
+    for fmt in formats:
+        base = fmt if fmt in OURS else "f32"
+        gguf_path = os.path.join(a.out, f"model-{base}.gguf")
+        if not os.path.exists(gguf_path):
+            log(f"writing {gguf_path}")
+            write_gguf(weights, base, gguf_path, src_dir)
+        if fmt in QUANT:
+            qpath = os.path.join(a.out, f"model-{fmt}.gguf")
+            if not os.path.exists(qpath):
+                run([f"{bin_dir}/llama-quantize", gguf_path, qpath, QUANT[fmt], str(a.threads)])
+            gguf_path = qpath
+        r = {"llama.cpp": llama_side(bin_dir, gguf_path, a.threads, not a.no_batched)}
+        if fmt in OURS or fmt in OUR_QUANT:
+            d = os.path.join(a.out, f"astrai-{fmt}")
+            if not os.path.exists(os.path.join(d, "config.json")):
+                if fmt in OURS:
+                    write_ours(weights, fmt, d)
+                else:
+                    f32_dir = os.path.join(a.out, "astrai-f32")
+                    if not os.path.exists(os.path.join(f32_dir, "config.json")):
+                        write_ours(weights, "f32", f32_dir)
+                    run([a.astrai, "quantize", "--model", f32_dir, "--type", fmt, "--output", d])
+            r["astrai"] = our_side(a.astrai, d, a.threads, not a.no_batched)
+        results[fmt] = r
+        log(fmt, json.dumps(r))
+    report = {"cpu": cpu_model(), "threads": a.threads, "date": time.strftime("%Y-%m-%d"), "results": results}
+    with open(os.path.join(a.out, "results.json"), "w") as f:
+        json.dump(report, f, indent=1)
+    kern = next((r["astrai"]["kernels"] for r in results.values() if "astrai" in r), "?")
+    print(f"{report['cpu']}, {a.threads} threads, AstrAI kernels {kern}, {report['date']}\n")
+    print(table(results, not a.no_batched))
+
+
+if __name__ == "__main__":
+    main()
