@@ -27,8 +27,13 @@ double linear_seconds(int64_t m, int64_t n, int64_t k, DType dtype, double min_s
   const auto x = bench::random_floats(static_cast<size_t>(m * k), 3);
   const auto wf = bench::random_floats(static_cast<size_t>(n * k), 4, 0.05f);
   std::vector<uint16_t> wh;
+  std::vector<uint8_t> wq;
   const void* data = wf.data();
-  if (dtype != DType::kF32) {
+  if (dtype == DType::kQ8_0) {
+    wq.resize(dtype_bytes(dtype, n * k));
+    convert_from_f32(wf.data(), dtype, wq.data(), wf.size());
+    data = wq.data();
+  } else if (dtype != DType::kF32) {
     wh = to_half(wf, dtype);
     data = wh.data();
   }
@@ -40,8 +45,9 @@ double linear_seconds(int64_t m, int64_t n, int64_t k, DType dtype, double min_s
 }  // namespace
 
 constexpr const char* kUsage =
-    "usage: gemm_bench [--quick] [--m M] [--cpu-time]\n"
+    "usage: gemm_bench [--quick] [--m M] [--gemv-only] [--cpu-time]\n"
     "  --quick     shorter timing runs\n"
+    "  --gemv-only only the copy probe and the decode GEMV table\n"
     "  --m M       the GEMM table at M rows (decode batches) on the 100M model's shapes\n"
     "  --cpu-time  time by process CPU time / threads, for a busy machine (run with\n"
     "              OMP_WAIT_POLICY=passive; see bench/bench_probes.h)\n";
@@ -49,7 +55,7 @@ constexpr const char* kUsage =
 int main(int argc, char** argv) {
   astrai::kernels::reexec_for_blas_core(argv);
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // rows appear as they are measured
-  bool quick = false;
+  bool quick = false, gemv_only = false;
   int64_t batch_m = 0;  // --m M: the GEMM table at M rows (decode batches) on the 100M model's shapes
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -60,6 +66,8 @@ int main(int argc, char** argv) {
       quick = true;
     } else if (a == "--m" && i + 1 < argc) {
       batch_m = std::atoll(argv[++i]);
+    } else if (a == "--gemv-only") {
+      gemv_only = true;
     } else if (a == "--cpu-time") {
       bench::clock_mode() = bench::Clock::kCpu;
     } else {
@@ -92,6 +100,7 @@ int main(int argc, char** argv) {
               {batch_m, 32000, 768}};
   std::printf("%5s %6s %6s %3s | %8s %8s %8s %8s | %6s\n", "M", "N", "K", "thr", "openblas", "blis", "f32", "bf16",
               "f32/openblas");
+  if (gemv_only) shapes.clear();
   for (int threads : {1, 2}) {
     set_num_threads(threads);
     for (const auto& s : shapes) {
@@ -108,14 +117,15 @@ int main(int argc, char** argv) {
   std::printf("\n== decode GEMV: weight GB/s read (vs 2-thread copy %.1f GB/s, read %.1f GB/s) ==\n", bw[2].copy_gbs,
               bw[2].read_gbs);
   std::printf("%3s %6s %6s %5s %3s | %8s %8s\n", "M", "N", "K", "dtype", "thr", "GB/s", "%copy");
-  // ~200 MB of f32 weights per call so caches do not help: 4 x (25600 x 2048) stand-ins.
+  // ~200 MB of f32 weights per call so caches do not help: 4 x (25600 x 2048) stand-ins (Q8_0:
+  // 53 MB, still far larger than the caches).
   for (int threads : {1, 2}) {
     set_num_threads(threads);
-    for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
+    for (DType dt : {DType::kF32, DType::kBF16, DType::kF16, DType::kQ8_0}) {
       for (int64_t m : {1, 8}) {
         const int64_t n = 24576, k = 2048;
         const double s = linear_seconds(m, n, k, dt, t_min);
-        const double gbs = static_cast<double>(n * k * dtype_size(dt)) / s / 1e9;
+        const double gbs = static_cast<double>(dtype_bytes(dt, n * k)) / s / 1e9;
         std::printf("%3ld %6ld %6ld %5s %3d | %8.1f %7.0f%%\n", static_cast<long>(m), static_cast<long>(n),
                     static_cast<long>(k), std::string(dtype_name(dt)).c_str(), threads, gbs,
                     100 * gbs / bw[2].copy_gbs);

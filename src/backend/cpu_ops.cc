@@ -45,7 +45,7 @@ void linear_backward_dx_lowp(const float* dy, int64_t m, const Weight& w, float*
   const auto* bytes = static_cast<const uint8_t*>(w.data);
   for (int64_t n0 = 0; n0 < n; n0 += kRows) {
     const int64_t rows = std::min(kRows, n - n0);
-    convert_to_f32(w.dtype, bytes + static_cast<size_t>(n0 * k) * dtype_size(w.dtype), block.data(),
+    convert_to_f32(w.dtype, bytes + dtype_bytes(w.dtype, n0 * k), block.data(),
                    static_cast<size_t>(rows * k));
     const float beta = n0 == 0 && !accumulate_dx ? 0.0f : 1.0f;
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(m), static_cast<int>(k),

@@ -125,6 +125,15 @@ ModelConfig ModelConfig::from_json(const Json& j, const std::string& where) {
   c.rope_theta = double_field(j, "rope_theta", nullptr, 10000.0, where);
   c.tie_word_embeddings = bool_field(j, "tie_word_embeddings", alias("tie_weight"), false, where);
 
+  if (j.contains("quantization_config") && !j["quantization_config"].is_null()) {
+    const Json& q = j["quantization_config"];
+    const std::string method = q.is_object() ? json_optional<std::string>(q, "quant_method", "", where) : "";
+    c.weight_format = method == "astrai" ? json_optional<std::string>(q, "format", "", where) : "";
+    if (method != "astrai" || c.weight_format != "q8_0")
+      fail(where, ": unsupported quantization_config ", q.dump(),
+           " (supported: {\"quant_method\": \"astrai\", \"format\": \"q8_0\"}, written by astrai quantize)");
+  }
+
   const std::string act = json_optional<std::string>(j, "hidden_act", "silu", where);
   if (act != "silu" && act != "swish") fail(where, ": unsupported hidden_act \"", act, "\" (only silu)");
 
@@ -272,6 +281,7 @@ Json ModelConfig::to_json() const {
   j["rope_theta"] = rope_theta;
   j["tie_word_embeddings"] = tie_word_embeddings;
   j["hidden_act"] = "silu";
+  if (!weight_format.empty()) j["quantization_config"] = {{"quant_method", "astrai"}, {"format", weight_format}};
   const bool own = model_type == "autoregressive_lm";
   if (model_type != "qwen2") j["attention_bias"] = qkv_bias;
   if (model_type == "llama" || own) j["mlp_bias"] = mlp_bias;
@@ -331,6 +341,7 @@ std::string ModelConfig::summary() const {
   if (qk_norm) o << ", qk-norm" << (qk_norm_after_rope ? " after RoPE" : "");
   if (gated_attention) o << ", gated attention";
   o << (tie_word_embeddings ? ", tied embeddings" : ", untied embeddings");
+  if (!weight_format.empty()) o << ", " << weight_format << " weights";
   return o.str();
 }
 

@@ -58,6 +58,11 @@ struct ModelConfig {
   int64_t qk_rope_head_dim = 0;
   int64_t v_head_dim = 0;
 
+  // Weights quantized by `astrai quantize` (config.json "quantization_config": {"quant_method":
+  // "astrai", "format": "q8_0"}): the matrices are stored as Q8_0 blocks (docs/quantization.md);
+  // empty for float checkpoints.
+  std::string weight_format;
+
   std::vector<int32_t> eos_token_ids;  // may be empty
   int32_t bos_token_id = -1;           // -1 when absent
 

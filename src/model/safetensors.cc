@@ -159,8 +159,13 @@ void write_safetensors(const std::string& path, const std::vector<std::pair<std:
     ASTRAI_CHECK(name != "__metadata__", path, ": reserved tensor name");
     offset = (offset + 7) / 8 * 8;
     offsets.push_back(offset);
-    header[name] = {{"dtype", std::string(dtype_name(t.dtype()))},
-                    {"shape", t.shape()},
+    // A block type (Q8_0) has no safetensors dtype: it is stored as U8, the last dimension in
+    // bytes (docs/quantization.md).
+    Shape shape = t.shape();
+    const bool blocks = dtype_block(t.dtype()) > 1;
+    if (blocks) shape.back() = static_cast<int64_t>(dtype_bytes(t.dtype(), shape.back()));
+    header[name] = {{"dtype", std::string(dtype_name(blocks ? DType::kU8 : t.dtype()))},
+                    {"shape", shape},
                     {"data_offsets", {offset, offset + t.nbytes()}}};
     offset += t.nbytes();
   }

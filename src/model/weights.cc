@@ -51,6 +51,21 @@ std::vector<ModelWeights::ConstParam> ModelWeights::params(const ModelConfig& co
   return out;
 }
 
+namespace {
+
+// A Q8_0 matrix as `astrai quantize` stores it: U8 [rows, cols / 32 * 34], each row's blocks in
+// order (docs/quantization.md); read in place as a Q8_0 tensor of the expected shape.
+Tensor q8_0_matrix(const Tensor& t, const Shape& expected, const std::string& name, const std::string& where) {
+  const bool fits = expected.size() == 2 && expected[1] % kQ8Block == 0 && t.ndim() == 2 && t.dim(0) == expected[0] &&
+                    t.dim(1) == expected[1] / kQ8Block * kQ8BlockBytes;
+  if (!fits)
+    fail(where, ": tensor \"", name, "\" is U8 ", shape_str(t.shape()), ", not Q8_0 blocks of ", shape_str(expected),
+         expected.size() == 2 ? str_cat(" (U8 [", expected[0], ", ", expected[1] / kQ8Block * kQ8BlockBytes, "])") : "");
+  return t.view_as(DType::kQ8_0, expected);
+}
+
+}  // namespace
+
 ModelWeights ModelWeights::from_tensors(const ModelConfig& config, const TensorMap& tensors, const std::string& where) {
   ModelWeights w;
   const bool own = config.model_type == "autoregressive_lm";
@@ -63,9 +78,11 @@ ModelWeights ModelWeights::from_tensors(const ModelConfig& config, const TensorM
       it = tensors.find(name);
     }
     if (it == tensors.end()) fail(where, ": missing tensor \"", p.name, "\"");
-    const Tensor& t = it->second;
-    if (t.dtype() != DType::kF32 && t.dtype() != DType::kBF16 && t.dtype() != DType::kF16)
-      fail(where, ": tensor \"", name, "\" has unsupported dtype ", dtype_name(t.dtype()), " (need F32, BF16 or F16)");
+    Tensor t = it->second;
+    if (t.dtype() == DType::kU8 && config.weight_format == "q8_0") t = q8_0_matrix(t, p.shape, name, where);
+    if (t.dtype() != DType::kF32 && t.dtype() != DType::kBF16 && t.dtype() != DType::kF16 && t.dtype() != DType::kQ8_0)
+      fail(where, ": tensor \"", name, "\" has unsupported dtype ", dtype_name(t.dtype()), " (need F32, BF16 or F16",
+           config.weight_format == "q8_0" ? "; Q8_0 matrices are U8 [rows, cols / 32 * 34]" : "", ")");
     if (t.shape() != p.shape)
       fail(where, ": tensor \"", name, "\" has shape ", shape_str(t.shape()), ", expected ", shape_str(p.shape));
     *p.tensor = t;
@@ -95,7 +112,7 @@ void place_in_one_block(const ModelConfig& config, ModelWeights& w, DTypeOf&& dt
   auto params = w.params(config);
   std::vector<size_t> offset{0};
   for (size_t i = 0; i < params.size(); ++i) {
-    const size_t bytes = static_cast<size_t>(shape_numel(params[i].shape)) * dtype_size(dtype_of(i));
+    const size_t bytes = dtype_bytes(dtype_of(i), shape_numel(params[i].shape));
     offset.push_back(offset.back() + (bytes + 63) / 64 * 64);
   }
   auto storage = make_host_storage(offset.back());
@@ -177,7 +194,9 @@ void save_checkpoint(const std::string& dir, const ModelConfig& config, const Mo
     out.emplace_back(p.name, t.dtype() == dtype ? t : t.to(dtype));
   }
   write_safetensors(dir + "/model.safetensors", out, Json{{"format", "pt"}});
-  write_file_atomic(dir + "/config.json", config.to_json().dump(2) + "\n");
+  ModelConfig written = config;
+  written.weight_format.clear();  // float tensors (quantized ones are widened by to(dtype))
+  write_file_atomic(dir + "/config.json", written.to_json().dump(2) + "\n");
 }
 
 }  // namespace astrai::model

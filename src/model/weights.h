@@ -68,7 +68,8 @@ struct Checkpoint {
 Checkpoint load_checkpoint(const std::string& dir, WeightPlacement placement = WeightPlacement::kMapped);
 
 // Writes DIR/config.json and DIR/model.safetensors (each atomically), converting tensors to
-// `dtype` (kF32 keeps them as they are when already f32). Creates DIR if needed.
+// `dtype` (kF32 keeps them as they are when already f32; Q8_0 ones are dequantized, and the
+// config written names no quantization). Creates DIR if needed.
 void save_checkpoint(const std::string& dir, const ModelConfig& config, const ModelWeights& weights,
                      DType dtype = DType::kF32);
 

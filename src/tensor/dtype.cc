@@ -1,5 +1,6 @@
 #include "tensor/dtype.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "base/error.h"
@@ -10,16 +11,39 @@ namespace {
 struct DTypeInfo {
   DType type;
   std::string_view name;
-  size_t size;
+  size_t size;       // bytes of a block
+  int64_t block = 1;  // elements of a block
 };
 constexpr DTypeInfo kInfos[] = {
     {DType::kF32, "F32", 4}, {DType::kF16, "F16", 2}, {DType::kBF16, "BF16", 2}, {DType::kI32, "I32", 4},
     {DType::kI64, "I64", 8}, {DType::kU8, "U8", 1},   {DType::kI8, "I8", 1},     {DType::kU16, "U16", 2},
-    {DType::kBool, "BOOL", 1}, {DType::kF64, "F64", 8},
+    {DType::kBool, "BOOL", 1}, {DType::kF64, "F64", 8}, {DType::kQ8_0, "Q8_0", kQ8BlockBytes, kQ8Block},
 };
 }  // namespace
 
-size_t dtype_size(DType t) { return kInfos[static_cast<int>(t)].size; }
+size_t dtype_size(DType t) {
+  const DTypeInfo& info = kInfos[static_cast<int>(t)];
+  ASTRAI_CHECK(info.block == 1, "dtype_size: ", info.name, " is a block type (", info.block, " elements per block)");
+  return info.size;
+}
+
+int64_t dtype_block(DType t) { return kInfos[static_cast<int>(t)].block; }
+
+size_t dtype_bytes(DType t, int64_t n) {
+  const DTypeInfo& info = kInfos[static_cast<int>(t)];
+  ASTRAI_CHECK(n % info.block == 0, n, " elements of ", info.name, " are not whole blocks of ", info.block);
+  return static_cast<size_t>(n / info.block) * info.size;
+}
+
+void quantize_q8_0_block(const float* x, uint8_t* block) {
+  float amax = 0.0f;
+  for (int64_t i = 0; i < kQ8Block; ++i) amax = std::max(amax, std::fabs(x[i]));
+  const float d = amax / 127.0f;
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  const uint16_t dh = f32_to_f16(d);
+  std::memcpy(block, &dh, 2);
+  for (int64_t i = 0; i < kQ8Block; ++i) block[2 + i] = static_cast<uint8_t>(static_cast<int8_t>(std::roundf(x[i] * id)));
+}
 std::string_view dtype_name(DType t) { return kInfos[static_cast<int>(t)].name; }
 
 bool dtype_from_name(std::string_view name, DType* out) {
@@ -101,6 +125,17 @@ void convert_to_f32(DType src_type, const void* src, float* dst, size_t n) {
       for (size_t i = 0; i < n; ++i) dst[i] = static_cast<float>(s[i]);
       return;
     }
+    case DType::kQ8_0: {
+      ASTRAI_CHECK(n % kQ8Block == 0, "Q8_0: ", n, " elements are not whole blocks of ", kQ8Block);
+      const auto* b = static_cast<const uint8_t*>(src);
+      for (size_t i = 0; i < n; i += kQ8Block, b += kQ8BlockBytes) {
+        uint16_t dh;
+        std::memcpy(&dh, b, 2);
+        const float d = f16_to_f32(dh);
+        for (int64_t j = 0; j < kQ8Block; ++j) dst[i + j] = static_cast<float>(static_cast<int8_t>(b[2 + j])) * d;
+      }
+      return;
+    }
     default:
       fail("cannot convert ", dtype_name(src_type), " to F32");
   }
@@ -119,6 +154,12 @@ void convert_from_f32(const float* src, DType dst_type, void* dst, size_t n) {
     case DType::kF16: {
       auto* d = static_cast<uint16_t*>(dst);
       for (size_t i = 0; i < n; ++i) d[i] = f32_to_f16(src[i]);
+      return;
+    }
+    case DType::kQ8_0: {
+      ASTRAI_CHECK(n % kQ8Block == 0, "Q8_0: ", n, " elements are not whole blocks of ", kQ8Block);
+      auto* b = static_cast<uint8_t*>(dst);
+      for (size_t i = 0; i < n; i += kQ8Block, b += kQ8BlockBytes) quantize_q8_0_block(src + i, b);
       return;
     }
     default:

@@ -89,7 +89,7 @@ Tensor::Tensor(std::shared_ptr<Storage> storage, size_t byte_offset, Shape shape
 }
 
 Tensor Tensor::empty(Shape shape, DType dtype) {
-  const size_t bytes = static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype);
+  const size_t bytes = dtype_bytes(dtype, shape_numel(shape));
   return Tensor(make_host_storage(bytes), 0, std::move(shape), dtype);
 }
 
@@ -98,12 +98,18 @@ Tensor Tensor::reshape(Shape shape) const {
   return Tensor(storage_, offset_, std::move(shape), dtype_);
 }
 
+Tensor Tensor::view_as(DType dtype, Shape shape) const {
+  ASTRAI_CHECK(dtype_bytes(dtype, shape_numel(shape)) == nbytes(), "cannot view ", shape_str(shape_), " ",
+               dtype_name(dtype_), " as ", shape_str(shape), " ", dtype_name(dtype));
+  return Tensor(storage_, offset_, std::move(shape), dtype);
+}
+
 Tensor Tensor::slice_rows(int64_t begin, int64_t end) const {
   ASTRAI_CHECK(ndim() >= 1 && 0 <= begin && begin <= end && end <= dim(0), "bad row slice [", begin, ", ", end,
                ") of ", shape_str(shape_));
   Shape s = shape_;
   s[0] = end - begin;
-  const size_t row_bytes = static_cast<size_t>(numel() / (dim(0) == 0 ? 1 : dim(0))) * dtype_size(dtype_);
+  const size_t row_bytes = dtype_bytes(dtype_, numel() / (dim(0) == 0 ? 1 : dim(0)));
   return Tensor(storage_, offset_ + static_cast<size_t>(begin) * row_bytes, std::move(s), dtype_);
 }
 

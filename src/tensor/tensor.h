@@ -54,7 +54,7 @@ class Tensor {
   int ndim() const { return static_cast<int>(shape_.size()); }
   int64_t dim(int i) const { return shape_[i < 0 ? i + ndim() : i]; }
   int64_t numel() const { return shape_numel(shape_); }
-  size_t nbytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype_); }
+  size_t nbytes() const { return dtype_bytes(dtype_, numel()); }
 
   void* raw() const { return static_cast<uint8_t*>(storage_->data()) + offset_; }
   template <typename T>
@@ -64,6 +64,8 @@ class Tensor {
 
   // Same storage, new shape with the same number of elements.
   Tensor reshape(Shape shape) const;
+  // The same bytes read as `dtype` with `shape` (which must need exactly nbytes()).
+  Tensor view_as(DType dtype, Shape shape) const;
   // Rows [begin, end) along dimension 0 (shares storage).
   Tensor slice_rows(int64_t begin, int64_t end) const;
   // A new host tensor holding these values converted to `dtype`.

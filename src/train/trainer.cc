@@ -190,6 +190,8 @@ void Run::setup_model() {
   ASTRAI_CHECK(o_.model_dir.empty() != o_.config_path.empty(), "give exactly one of --model DIR or --config FILE");
   if (!o_.model_dir.empty()) config_ = model::ModelConfig::load(o_.model_dir);
   else config_ = model::ModelConfig::from_json(read_json_file(o_.config_path), o_.config_path);
+  ASTRAI_CHECK(config_.weight_format.empty(), o_.model_dir.empty() ? o_.config_path : o_.model_dir, ": ",
+               config_.weight_format, " weights cannot be trained; train the float checkpoint it was quantized from");
   // LoRA: a frozen base read where it lies (an f32 checkpoint stays memory-mapped) and
   // adapters in the layers; otherwise every parameter is trained.
   const bool lora = o_.lora.rank > 0;

@@ -156,6 +156,57 @@ TEST_P(LinearDtypeTest, BlasModeMatchesReference) {
 INSTANTIATE_TEST_SUITE_P(Dtypes, LinearDtypeTest, ::testing::Values(DType::kF32, DType::kBF16, DType::kF16),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 
+// Q8_0 weights are widened exactly (q * d) and then follow the f32 contract, so the quantized
+// linear equals the f32 linear on the dequantized weights bit for bit, on every path.
+TEST(LinearQ8_0, EqualsF32LinearOnDequantizedWeights) {
+  std::mt19937 rng(7);
+  for (int64_t m : {1, 2, 3, 5, 8, 16, 33, 64, 65, 150}) {
+    for (int64_t k : {32, 64, 96, 1024, 2112}) {
+      for (int64_t n : {1, 7, 24, 61}) {
+        const auto x = random_vec(static_cast<size_t>(m * k), rng);
+        const auto wf = random_vec(static_cast<size_t>(n * k), rng);
+        const auto bias = random_vec(static_cast<size_t>(n), rng);
+        std::vector<uint8_t> wq(dtype_bytes(DType::kQ8_0, n * k));
+        convert_from_f32(wf.data(), DType::kQ8_0, wq.data(), wf.size());
+        std::vector<float> wd(wf.size());
+        convert_to_f32(DType::kQ8_0, wq.data(), wd.data(), wd.size());
+        std::vector<float> yq(static_cast<size_t>(m * n), NAN), yf(yq.size(), NAN);
+        linear(x.data(), m, WeightView{wq.data(), DType::kQ8_0, n, k}, bias.data(), yq.data());
+        linear(x.data(), m, WeightView{wd.data(), DType::kF32, n, k}, bias.data(), yf.data());
+        ASSERT_EQ(std::memcmp(yq.data(), yf.data(), yq.size() * 4), 0) << "M=" << m << " N=" << n << " K=" << k;
+      }
+    }
+  }
+}
+
+TEST(LinearQ8_0, QuantizesAsLlamaCppReference) {
+  // d = max|x| / 127 stored as f16, q = roundf(x / d) (halves away from zero), all-zero blocks.
+  float x[64] = {};
+  for (int i = 0; i < 32; ++i) x[i] = (i - 16) * 0.25f;  // max |x| = 4: d = 4/127
+  uint8_t b[68];
+  convert_from_f32(x, DType::kQ8_0, b, 64);
+  uint16_t dh;
+  std::memcpy(&dh, b, 2);
+  EXPECT_EQ(dh, f32_to_f16(4.0f / 127.0f));
+  EXPECT_EQ(static_cast<int8_t>(b[2]), -127);
+  EXPECT_EQ(static_cast<int8_t>(b[2 + 16]), 0);
+  EXPECT_EQ(static_cast<int8_t>(b[2 + 20]), 32);   // 1.0 * 127 / 4 = 31.75
+  EXPECT_EQ(static_cast<int8_t>(b[2 + 31]), 119);  // 3.75 * 127 / 4 = 119.06
+  std::memcpy(&dh, b + 34, 2);
+  EXPECT_EQ(dh, 0);
+  for (int i = 0; i < 32; ++i) EXPECT_EQ(b[36 + i], 0);
+  float back[64];
+  convert_to_f32(DType::kQ8_0, b, back, 64);
+  EXPECT_EQ(back[0], -127.0f * f16_to_f32(f32_to_f16(4.0f / 127.0f)));
+  EXPECT_THROW(convert_from_f32(x, DType::kQ8_0, b, 40), Error);
+}
+
+TEST(LinearQ8_0, RejectsRowsOfPartialBlocks) {
+  std::vector<uint8_t> w(34 * 4);
+  float x[48] = {}, y[2];
+  EXPECT_THROW(linear(x, 1, WeightView{w.data(), DType::kQ8_0, 2, 48}, nullptr, y), Error);
+}
+
 TEST(Linear, ZeroKGivesBias) {
   const float bias[3] = {1.0f, -2.0f, 3.5f};
   float y[6];

@@ -28,9 +28,10 @@ void widen_row(DType dtype, const void* src, int64_t n, float* dst) {
 
 void embedding(const void* table, DType dtype, int64_t dim, const int32_t* ids, int64_t n, float* out) {
   if (dtype != DType::kF32 && dtype != DType::kBF16 && dtype != DType::kF16) {
-    for (int64_t i = 0; i < n; ++i)  // f64 tables, or an error naming the dtype
-      convert_to_f32(dtype, static_cast<const uint8_t*>(table) + static_cast<size_t>(ids[i]) * dim * dtype_size(dtype),
-                     out + i * dim, static_cast<size_t>(dim));
+    const size_t row_bytes = dtype_bytes(dtype, dim);  // Q8_0 or f64 tables, or an error naming the dtype
+    for (int64_t i = 0; i < n; ++i)
+      convert_to_f32(dtype, static_cast<const uint8_t*>(table) + static_cast<size_t>(ids[i]) * row_bytes, out + i * dim,
+                     static_cast<size_t>(dim));
     return;
   }
   const size_t row_bytes = static_cast<size_t>(dim) * dtype_size(dtype);

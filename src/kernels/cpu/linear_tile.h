@@ -19,6 +19,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 
 #include "kernels/cpu/level.h"
 #include "kernels/cpu/reduce8.h"
@@ -57,8 +58,16 @@ inline int64_t num_tiles(int64_t m) {
   return n;
 }
 
+// Bytes of one element of a float weight type (Q8_0 is addressed by row_bytes / load_w_at).
 template <DType T>
 constexpr int64_t kElemBytes = T == DType::kF32 ? 4 : 2;
+
+// Bytes of the first k elements of a W row (k a multiple of 32 for Q8_0).
+template <DType T>
+constexpr int64_t row_bytes(int64_t k) {
+  if constexpr (T == DType::kQ8_0) return k / kQ8Block * kQ8BlockBytes;
+  else return k * kElemBytes<T>;
+}
 
 // 16 elements of a W row at p as f32 (bf16 and f16 widened exactly); the _n form: the first n,
 // the others zero.
@@ -73,6 +82,20 @@ inline Vec16 load_w(const uint8_t* p, int64_t n) {
   if constexpr (T == DType::kF32) return vload(reinterpret_cast<const float*>(p), n);
   else if constexpr (T == DType::kBF16) return vload_bf16(reinterpret_cast<const uint16_t*>(p), n);
   else return vload_f16(reinterpret_cast<const uint16_t*>(p), n);
+}
+
+// The 16 elements k..k+15 of the W row at `row` (k a multiple of 16) as f32: exact for every
+// type (Q8_0: the quants of k's block times its f16 scale).
+template <DType T>
+inline Vec16 load_w_at(const uint8_t* row, int64_t k) {
+  if constexpr (T == DType::kQ8_0) {
+    const uint8_t* block = row + k / kQ8Block * kQ8BlockBytes;
+    uint16_t dh;
+    std::memcpy(&dh, block, 2);
+    return vload_q8(reinterpret_cast<const int8_t*>(block + 2 + k % kQ8Block), dh);
+  } else {
+    return load_w<T>(row + k * kElemBytes<T>);
+  }
 }
 
 template <DType T>
@@ -211,23 +234,59 @@ void tile_packed(const float* x, int64_t ldx, const float* wp, int64_t kc, int n
   tile_store<MR, NR>(acc, nr, y, ldy, first, bias);
 }
 
-template <int MR, int NR, DType T>
-void tile_partial(const float* x, int64_t ldx, const void* w, int64_t ld, int64_t kc, int nr, float* y, int64_t ldy,
-                  bool first, const float* bias) {
+// The tile of tile_partial and tile_in_place (below) for Q8_0 rows, a block (two 16-wide steps)
+// at a time: each row pointer moves
+// one block per iteration.
+template <int MR, int NR>
+void tile_q8_0(const float* x, int64_t ldx, const void* w, int64_t ld, int64_t kc, int nr, float* y, int64_t ldy,
+               bool first, const float* bias, const char* prefetch = nullptr, int64_t prefetch_lines = 0) {
+  const int64_t blocks = std::max<int64_t>(1, kc / kQ8Block);
+  const int64_t pf_step = (prefetch_lines + blocks - 1) / blocks;
+  const char* pf = prefetch;
+  const char* pf_end = prefetch ? prefetch + prefetch_lines * 64 : nullptr;
   const uint8_t* wrow[NR];
-  for (int c = 0; c < NR; ++c) wrow[c] = static_cast<const uint8_t*>(w) + std::min(c, nr - 1) * ld * kElemBytes<T>;
+  for (int c = 0; c < NR; ++c) wrow[c] = static_cast<const uint8_t*>(w) + std::min(c, nr - 1) * row_bytes<DType::kQ8_0>(ld);
   Vec16 acc[MR][NR];
 #pragma GCC unroll 8
   for (int r = 0; r < MR; ++r)
 #pragma GCC unroll 8
     for (int c = 0; c < NR; ++c) acc[r][c] = vzero();
-  const int64_t kfull = kc & ~int64_t{15};
-  tile_steps<MR, NR>(x, ldx, kfull, [&](int c, int64_t k, int h) { return pload_w<T>(wrow[c] + k * kElemBytes<T>, h); },
-                     acc);
-  const int64_t k = kfull;
-  if (k < kc)
-    tile_tail<MR, NR>(x, ldx, k, kc, [&](int c, int64_t n) { return load_w<T>(wrow[c] + k * kElemBytes<T>, n); }, acc);
+  for (int64_t k = 0; k < kc; k += kQ8Block) {
+    if (pf < pf_end) {
+      for (int64_t b = 0; b < pf_step; ++b) prefetch_l2(pf + b * 64);
+      pf += pf_step * 64;
+    }
+    tile_step<MR, NR>(x + k, ldx, [&](int c, int h) { return pload_q8(wrow[c], 0, h); }, acc);
+    tile_step<MR, NR>(x + k + 16, ldx, [&](int c, int h) { return pload_q8(wrow[c], 16, h); }, acc);
+#pragma GCC unroll 8
+    for (int c = 0; c < NR; ++c) wrow[c] += kQ8BlockBytes;
+  }
   tile_store<MR, NR>(acc, nr, y, ldy, first, bias);
+}
+
+// w: the tile's first row at the block's first k (for Q8_0, a multiple of 32), rows `ld`
+// elements apart.
+template <int MR, int NR, DType T>
+void tile_partial(const float* x, int64_t ldx, const void* w, int64_t ld, int64_t kc, int nr, float* y, int64_t ldy,
+                  bool first, const float* bias) {
+  if constexpr (T == DType::kQ8_0) {
+    tile_q8_0<MR, NR>(x, ldx, w, ld, kc, nr, y, ldy, first, bias);
+  } else {
+    const uint8_t* wrow[NR];
+    for (int c = 0; c < NR; ++c) wrow[c] = static_cast<const uint8_t*>(w) + std::min(c, nr - 1) * ld * kElemBytes<T>;
+    Vec16 acc[MR][NR];
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 8
+      for (int c = 0; c < NR; ++c) acc[r][c] = vzero();
+    const int64_t kfull = kc & ~int64_t{15};
+    tile_steps<MR, NR>(x, ldx, kfull, [&](int c, int64_t k, int h) { return pload_w<T>(wrow[c] + k * kElemBytes<T>, h); },
+                       acc);
+    const int64_t k = kfull;
+    if (k < kc)
+      tile_tail<MR, NR>(x, ldx, k, kc, [&](int c, int64_t n) { return load_w<T>(wrow[c] + k * kElemBytes<T>, n); }, acc);
+    tile_store<MR, NR>(acc, nr, y, ldy, first, bias);
+  }
 }
 
 // A tile over NR full W rows read in place (the same operations per output as above). The rows
@@ -239,6 +298,10 @@ void tile_partial(const float* x, int64_t ldx, const void* w, int64_t ld, int64_
 template <int MR, int NR, DType T>
 void tile_in_place(const float* x, int64_t ldx, const void* w, int64_t ld, int64_t kc, float* y, int64_t ldy,
                    bool first, const float* bias, const char* prefetch, int64_t prefetch_lines) {
+  if constexpr (T == DType::kQ8_0) {  // rows of blocks: one pointer per row
+    tile_q8_0<MR, NR>(x, ldx, w, ld, kc, NR, y, ldy, first, bias, prefetch, prefetch_lines);
+    return;
+  }
   constexpr int64_t esz = kElemBytes<T>;
   const int64_t s = ld * esz;
   const uint8_t* base[3] = {static_cast<const uint8_t*>(w), static_cast<const uint8_t*>(w) + 3 * s,
@@ -293,7 +356,7 @@ void tile_in_place(const float* x, int64_t ldx, const void* w, int64_t ld, int64
 // zero.
 template <DType T>
 void pack_block(const void* w, int64_t ld, int64_t rows, int64_t k0, int64_t kc, float* dst) {
-  constexpr int64_t esz = kElemBytes<T>;
+  [[maybe_unused]] constexpr int64_t esz = kElemBytes<T>;
   const int64_t steps = (kc + 15) / 16;
   for (int64_t g = 0; g < rows; g += kGroup) {
     float* gd = dst + g * steps * 16;
@@ -302,10 +365,12 @@ void pack_block(const void* w, int64_t ld, int64_t rows, int64_t k0, int64_t kc,
         for (int64_t st = 0; st < steps; ++st) vstore(gd + (st * kGroup + c) * 16, vzero());
         continue;
       }
-      const uint8_t* src = static_cast<const uint8_t*>(w) + ((g + c) * ld + k0) * esz;
+      const uint8_t* row = static_cast<const uint8_t*>(w) + (g + c) * row_bytes<T>(ld);
       int64_t st = 0;
-      for (; st < kc / 16; ++st) vstore(gd + (st * kGroup + c) * 16, load_w<T>(src + st * 16 * esz));
-      if (st < steps) vstore(gd + (st * kGroup + c) * 16, load_w<T>(src + st * 16 * esz, kc - st * 16));
+      for (; st < kc / 16; ++st) vstore(gd + (st * kGroup + c) * 16, load_w_at<T>(row, k0 + st * 16));
+      if constexpr (T != DType::kQ8_0) {  // Q8_0 rows are whole blocks: no tail
+        if (st < steps) vstore(gd + (st * kGroup + c) * 16, load_w<T>(row + (k0 + st * 16) * esz, kc - st * 16));
+      }
     }
   }
 }

@@ -46,12 +46,15 @@ constexpr int64_t kBlasMinRows = 16;  // non-invariant mode: BLAS from this many
 #if defined(ASTRAI_ISA_GENERIC)
 
 // The contract, one output at a time: the reference every other level must equal.
+// x[0, kc) . W row `w` over [k0, k0 + kc).
 template <DType T>
-float block_dot(const float* x, const uint8_t* w, int64_t kc) {
+float block_dot(const float* x, const uint8_t* w, int64_t k0, int64_t kc) {
   Vec16 acc = vzero();
   int64_t k = 0;
-  for (; k + 16 <= kc; k += 16) acc = vfma(vload(x + k), load_w<T>(w + k * kElemBytes<T>), acc);
-  if (k < kc) acc = vfma(vload(x + k, kc - k), load_w<T>(w + k * kElemBytes<T>, kc - k), acc);
+  for (; k + 16 <= kc; k += 16) acc = vfma(vload(x + k), load_w_at<T>(w, k0 + k), acc);
+  if constexpr (T != DType::kQ8_0) {  // Q8_0 rows are whole blocks: no tail
+    if (k < kc) acc = vfma(vload(x + k, kc - k), load_w<T>(w + (k0 + k) * kElemBytes<T>, kc - k), acc);
+  }
   return vsum(acc);
 }
 
@@ -61,11 +64,11 @@ void linear_invariant(const float* x, int64_t m, const WeightView& w, const floa
   const uint8_t* wb = static_cast<const uint8_t*>(w.data);
 #pragma omp parallel for schedule(static)
   for (int64_t j = 0; j < n; ++j) {
-    const uint8_t* wj = wb + j * kk * kElemBytes<T>;
+    const uint8_t* wj = wb + j * row_bytes<T>(kk);
     for (int64_t i = 0; i < m; ++i) {
       float s = 0.0f;
       for (int64_t k0 = 0; k0 < kk; k0 += kKb) {
-        const float p = block_dot<T>(x + i * kk + k0, wj + k0 * kElemBytes<T>, std::min(kKb, kk - k0));
+        const float p = block_dot<T>(x + i * kk + k0, wj, k0, std::min(kKb, kk - k0));
         s = k0 == 0 ? p : s + p;
       }
       y[i * n + j] = bias ? s + bias[j] : s;
@@ -75,7 +78,7 @@ void linear_invariant(const float* x, int64_t m, const WeightView& w, const floa
 
 #else
 
-constexpr int64_t kSmallM = 8;       // up to this many rows: bf16/f16 weights read in place
+constexpr int64_t kSmallM = 8;       // up to this many rows: bf16/f16/Q8_0 weights read in place
 constexpr int64_t kPackRows = 16 * kGroup;  // W rows per packed block (v4: 128 x 1024 x 4 B = 512 KiB)
 constexpr int64_t kRowBlock = 192;   // x rows per pass over a packed block (a multiple of 2 and 3)
 constexpr int64_t kL1PackM = 64;     // up to this many rows: f32 W in place, bf16/f16 packed one group x kKb (L1)
@@ -137,7 +140,7 @@ void in_place_group(int64_t mr, const float* x, int64_t ldx, const uint8_t* w, i
                     int64_t ldy, bool first, const float* bias, const char* prefetch, int64_t prefetch_lines) {
   const int sub = sub_rows(mr);
   for (int c0 = 0; c0 < nr; c0 += sub) {
-    const uint8_t* wc = w + c0 * ld * kElemBytes<T>;
+    const uint8_t* wc = w + c0 * row_bytes<T>(ld);
     const float* bc = bias ? bias + c0 : nullptr;
     if (nr - c0 >= sub) {
       const int64_t lines = c0 == 0 ? prefetch_lines : 0;  // the first tile issues the group's share
@@ -157,7 +160,6 @@ void in_place_group(int64_t mr, const float* x, int64_t ldx, const uint8_t* w, i
 template <DType T>
 void linear_invariant(const float* x, int64_t m, const WeightView& w, const float* bias, float* y) {
   const int64_t n = w.rows, kk = w.cols;
-  constexpr int64_t esz = kElemBytes<T>;
   const uint8_t* wb = static_cast<const uint8_t*>(w.data);
   const bool pack = m > (T == DType::kF32 && kF32BatchesInPlace ? kL1PackM : kSmallM);
   const int64_t groups = (n + kGroup - 1) / kGroup;
@@ -181,12 +183,12 @@ void linear_invariant(const float* x, int64_t m, const WeightView& w, const floa
           // short rows keep the hardware prefetchers from ramping up on each group's streams,
           // and a burst of requests would stall the tile that issues it.
           const bool pf = j + 2 * kGroup <= r1;
-          const char* next = reinterpret_cast<const char*>(wb + ((j + kGroup) * kk + kGroup * k0) * esz);
-          const int64_t lines = kGroup * kc * esz / 64;
+          const char* next = reinterpret_cast<const char*>(wb + (j + kGroup) * row_bytes<T>(kk) + kGroup * row_bytes<T>(k0));
+          const int64_t lines = kGroup * row_bytes<T>(kc) / 64;
           for (int64_t i = 0, ti = 0; i < m; ++ti) {
             const int64_t mr = tile_rows(m - i);
             const int64_t l0 = lines * ti / tiles, l1 = lines * (ti + 1) / tiles;
-            in_place_group<T>(mr, x + i * kk + k0, kk, wb + (j * kk + k0) * esz, kk, kc, nr, y + i * n + j, n, first, bj,
+            in_place_group<T>(mr, x + i * kk + k0, kk, wb + j * row_bytes<T>(kk) + row_bytes<T>(k0), kk, kc, nr, y + i * n + j, n, first, bj,
                               pf ? next + l0 * 64 : nullptr, pf ? l1 - l0 : 0);
             i += mr;
           }
@@ -200,14 +202,15 @@ void linear_invariant(const float* x, int64_t m, const WeightView& w, const floa
       alignas(64) float small[kGroup * kKb];
       for (int64_t j = r0; j < r1; j += kGroup) {
         const int nr = static_cast<int>(std::min<int64_t>(kGroup, r1 - j));
-        const char* next = j + 2 * kGroup <= r1 ? reinterpret_cast<const char*>(wb + (j + kGroup) * kk * esz) : nullptr;
+        const char* next =
+            j + 2 * kGroup <= r1 ? reinterpret_cast<const char*>(wb + (j + kGroup) * row_bytes<T>(kk)) : nullptr;
         for (int64_t k0 = 0; k0 < kk; k0 += kKb) {
           const int64_t kc = std::min(kKb, kk - k0);
           const bool first = k0 == 0, last = k0 + kc == kk;
           const float* bj = last && bias ? bias + j : nullptr;
-          pack_block<T>(wb + j * kk * esz, kk, nr, k0, kc, small);
+          pack_block<T>(wb + j * row_bytes<T>(kk), kk, nr, k0, kc, small);
           if (next) {
-            for (int64_t b = kGroup * k0 * esz; b < kGroup * (k0 + kc) * esz; b += 64) prefetch_l2(next + b);
+            for (int64_t b = kGroup * row_bytes<T>(k0); b < kGroup * row_bytes<T>(k0 + kc); b += 64) prefetch_l2(next + b);
           }
           for (int64_t i = 0, mr; i < m; i += mr) {
             mr = tile_rows(m - i);
@@ -228,7 +231,7 @@ void linear_invariant(const float* x, int64_t m, const WeightView& w, const floa
           for (int64_t k0 = 0; k0 < kk; k0 += kKb) {
             const int64_t kc = std::min(kKb, kk - k0);
             const bool first = k0 == 0, last = k0 + kc == kk;
-            pack_block<T>(wb + nb0 * kk * esz, kk, nb1 - nb0, k0, kc, packed.data());
+            pack_block<T>(wb + nb0 * row_bytes<T>(kk), kk, nb1 - nb0, k0, kc, packed.data());
             const int64_t steps = (kc + 15) / 16;
             // The tiles of mr rows from row i against group j.
             const auto group_tiles = [&](int64_t i, int64_t mr, int64_t j) {
@@ -260,13 +263,15 @@ void linear_invariant(const float* x, int64_t m, const WeightView& w, const floa
 
 #endif
 
-// dst[k] = float(src[k]) for k < count (exact for bf16 and f16).
+// dst[k] = float(src[k]) for k < count (exact for bf16, f16 and Q8_0).
 template <DType T>
 void widen(const void* src, int64_t count, float* dst) {
   const uint8_t* s = static_cast<const uint8_t*>(src);
   int64_t k = 0;
-  for (; k + 16 <= count; k += 16) vstore(dst + k, load_w<T>(s + k * kElemBytes<T>));
-  if (k < count) vstore(dst + k, load_w<T>(s + k * kElemBytes<T>, count - k), count - k);
+  for (; k + 16 <= count; k += 16) vstore(dst + k, load_w_at<T>(s, k));
+  if constexpr (T != DType::kQ8_0) {
+    if (k < count) vstore(dst + k, load_w<T>(s + k * kElemBytes<T>, count - k), count - k);
+  }
 }
 
 // Non-invariant mode, many rows: cblas_sgemm (bf16/f16 weights widened per block of rows).
@@ -282,9 +287,9 @@ void linear_blas(const float* x, int64_t m, const WeightView& w, const float* bi
     std::vector<float> wf(static_cast<size_t>(std::min(rows, n) * kk));
     for (int64_t j0 = 0; j0 < n; j0 += rows) {
       const int64_t nr = std::min(rows, n - j0);
-      const uint8_t* src = static_cast<const uint8_t*>(w.data) + j0 * kk * 2;
+      const uint8_t* src = static_cast<const uint8_t*>(w.data) + j0 * row_bytes<T>(kk);
 #pragma omp parallel for schedule(static)
-      for (int64_t r = 0; r < nr; ++r) widen<T>(src + r * kk * 2, kk, wf.data() + r * kk);
+      for (int64_t r = 0; r < nr; ++r) widen<T>(src + r * row_bytes<T>(kk), kk, wf.data() + r * kk);
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(m), static_cast<int>(nr),
                   static_cast<int>(kk), 1.0f, x, static_cast<int>(kk), wf.data(), static_cast<int>(kk), 0.0f, y + j0,
                   static_cast<int>(n));
@@ -317,6 +322,9 @@ void linear(const float* x, int64_t m, const WeightView& w, const float* bias, f
     case DType::kF32: return linear_typed<DType::kF32>(x, m, w, bias, y);
     case DType::kBF16: return linear_typed<DType::kBF16>(x, m, w, bias, y);
     case DType::kF16: return linear_typed<DType::kF16>(x, m, w, bias, y);
+    case DType::kQ8_0:
+      ASTRAI_CHECK(w.cols % kQ8Block == 0, "linear: Q8_0 weights need whole blocks of ", kQ8Block, " (cols ", w.cols, ")");
+      return linear_typed<DType::kQ8_0>(x, m, w, bias, y);
     default: fail("linear: unsupported weight dtype ", dtype_name(w.dtype));
   }
 }

@@ -73,6 +73,11 @@ inline Vec16 vload_bf16(const uint16_t* p) { return bf16_bits(_mm256_loadu_si256
 inline Vec16 vload_bf16(const uint16_t* p, int64_t n) { return bf16_bits(_mm256_maskz_loadu_epi16(lane_mask(n), p)); }
 inline Vec16 vload_f16(const uint16_t* p) { return Vec16(_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)))); }
 inline Vec16 vload_f16(const uint16_t* p, int64_t n) { return Vec16(_mm512_cvtph_ps(_mm256_maskz_loadu_epi16(lane_mask(n), p))); }
+// 16 int8 at q times the f16 scale bits dh: float(q) * float(d), exact (Q8_0 weights).
+inline Vec16 vload_q8(const int8_t* q, uint16_t dh) {
+  const __m512 v = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q))));
+  return Vec16(_mm512_mul_ps(v, _mm512_set1_ps(_cvtsh_ss(dh))));
+}
 inline void vstore(float* p, Vec16 a) { _mm512_storeu_ps(p, a.v); }
 inline void vstore(float* p, Vec16 a, int64_t n) { _mm512_mask_storeu_ps(p, lane_mask(n), a.v); }
 inline Vec16 operator+(Vec16 a, Vec16 b) { return Vec16(_mm512_add_ps(a.v, b.v)); }
@@ -113,6 +118,12 @@ inline Part& part(Vec16& a, int) { return a.v; }
 inline Part pload(const float* p, int) { return _mm512_loadu_ps(p); }
 inline Part pload_bf16(const uint16_t* p, int) { return vload_bf16(p).v; }
 inline Part pload_f16(const uint16_t* p, int) { return vload_f16(p).v; }
+// Part h of the 16 Q8_0 weights at quant offset `off` (0 or 16) of the 34-byte block at b.
+inline Part pload_q8(const uint8_t* b, int64_t off, int) {
+  uint16_t dh;
+  std::memcpy(&dh, b, 2);
+  return vload_q8(reinterpret_cast<const int8_t*>(b + 2 + off), dh).v;
+}
 inline Part pfma(Part a, Part b, Part c) { return _mm512_fmadd_ps(a, b, c); }
 inline void ppin(Part& a) { asm("" : "+v"(a)); }
 
@@ -144,6 +155,13 @@ inline Vec16 vload_or(const float* p, int64_t n, Vec16 fill) {
 }
 inline Vec16 vload_bf16(const uint16_t* p) { return Vec16(bf16x8(load8x16(p)), bf16x8(load8x16(p + 8))); }
 inline Vec16 vload_f16(const uint16_t* p) { return Vec16(_mm256_cvtph_ps(load8x16(p)), _mm256_cvtph_ps(load8x16(p + 8))); }
+inline __m256 i8x8(const int8_t* q) {
+  return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(q))));
+}
+inline Vec16 vload_q8(const int8_t* q, uint16_t dh) {
+  const __m256 d = _mm256_set1_ps(_cvtsh_ss(dh));
+  return Vec16(_mm256_mul_ps(i8x8(q), d), _mm256_mul_ps(i8x8(q + 8), d));
+}
 // 16-bit tails have no masked load on AVX2: copied into a zeroed buffer (tails only).
 inline size_t tail_bytes16(int64_t n) { return static_cast<size_t>(n < 0 ? 0 : (n < 16 ? n : 16)) * 2; }
 inline Vec16 vload_bf16(const uint16_t* p, int64_t n) {
@@ -208,6 +226,11 @@ inline Part& part(Vec16& a, int h) { return h == 0 ? a.lo : a.hi; }
 inline Part pload(const float* p, int h) { return _mm256_loadu_ps(p + 8 * h); }
 inline Part pload_bf16(const uint16_t* p, int h) { return bf16x8(load8x16(p + 8 * h)); }
 inline Part pload_f16(const uint16_t* p, int h) { return _mm256_cvtph_ps(load8x16(p + 8 * h)); }
+inline Part pload_q8(const uint8_t* b, int64_t off, int h) {
+  uint16_t dh;
+  std::memcpy(&dh, b, 2);
+  return _mm256_mul_ps(i8x8(reinterpret_cast<const int8_t*>(b + 2 + off + 8 * h)), _mm256_set1_ps(_cvtsh_ss(dh)));
+}
 inline Part pfma(Part a, Part b, Part c) { return _mm256_fmadd_ps(a, b, c); }
 inline void ppin(Part& a) { asm("" : "+x"(a)); }
 
@@ -232,6 +255,12 @@ inline Vec16 vload_bf16(const uint16_t* p) {
 }
 inline Vec16 vload_f16(const uint16_t* p) {
   return map4([&](int i) { return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(p + 4 * i))); });
+}
+inline Vec16 vload_q8(const int8_t* q, uint16_t dh) {
+  const float d = vgetq_lane_f32(vcvt_f32_f16(vreinterpret_f16_u16(vdup_n_u16(dh))), 0);
+  const int16x8_t lo = vmovl_s8(vld1_s8(q)), hi = vmovl_s8(vld1_s8(q + 8));
+  const int16x4_t h[4] = {vget_low_s16(lo), vget_high_s16(lo), vget_low_s16(hi), vget_high_s16(hi)};
+  return map4([&](int i) { return vmulq_n_f32(vcvtq_f32_s32(vmovl_s16(h[i])), d); });
 }
 // Tails through a zeroed buffer (no masked loads on NEON).
 inline Vec16 vload(const float* p, int64_t n) {
@@ -307,6 +336,15 @@ inline Part& part(Vec16& a, int h) { return a.q[h]; }
 inline Part pload(const float* p, int h) { return vld1q_f32(p + 4 * h); }
 inline Part pload_bf16(const uint16_t* p, int h) { return vreinterpretq_f32_u32(vshll_n_u16(vld1_u16(p + 4 * h), 16)); }
 inline Part pload_f16(const uint16_t* p, int h) { return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(p + 4 * h))); }
+inline Part pload_q8(const uint8_t* b, int64_t off, int h) {
+  uint16_t dh;
+  int32_t q4;
+  std::memcpy(&dh, b, 2);
+  std::memcpy(&q4, b + 2 + off + 4 * h, 4);  // 4 quants; no load past the block's end
+  const float d = vgetq_lane_f32(vcvt_f32_f16(vreinterpret_f16_u16(vdup_n_u16(dh))), 0);
+  const int16x8_t q = vmovl_s8(vreinterpret_s8_s32(vdup_n_s32(q4)));
+  return vmulq_n_f32(vcvtq_f32_s32(vmovl_s16(vget_low_s16(q))), d);
+}
 inline Part pfma(Part a, Part b, Part c) { return vfmaq_f32(c, a, b); }
 inline void ppin(Part& a) { asm("" : "+w"(a)); }
 
@@ -337,6 +375,10 @@ inline Vec16 vload_bf16(const uint16_t* p, int64_t n) {
 }
 inline Vec16 vload_f16(const uint16_t* p) { return map16([&](int l) { return f16_widen(p[l]); }); }
 inline Vec16 vload_f16(const uint16_t* p, int64_t n) { return map16([&](int l) { return l < n ? f16_widen(p[l]) : 0.0f; }); }
+inline Vec16 vload_q8(const int8_t* q, uint16_t dh) {
+  const float d = f16_widen(dh);
+  return map16([&](int l) { return static_cast<float>(q[l]) * d; });
+}
 inline void vstore(float* p, Vec16 a) { std::memcpy(p, a.v, sizeof a.v); }
 inline void vstore(float* p, Vec16 a, int64_t n) { std::memcpy(p, a.v, static_cast<size_t>(clamp16(n)) * 4); }
 inline Vec16 operator+(Vec16 a, Vec16 b) { return map16([&](int l) { return a.v[l] + b.v[l]; }); }
@@ -368,6 +410,11 @@ inline Part& part(Vec16& a, int) { return a; }
 inline Part pload(const float* p, int) { return vload(p); }
 inline Part pload_bf16(const uint16_t* p, int) { return vload_bf16(p); }
 inline Part pload_f16(const uint16_t* p, int) { return vload_f16(p); }
+inline Part pload_q8(const uint8_t* b, int64_t off, int) {
+  uint16_t dh;
+  std::memcpy(&dh, b, 2);
+  return vload_q8(reinterpret_cast<const int8_t*>(b + 2 + off), dh);
+}
 inline Part pfma(Part a, Part b, Part c) { return vfma(a, b, c); }
 inline void ppin(Part&) {}
 

@@ -1,0 +1,46 @@
+// `astrai quantize --model DIR --type q8_0 --output DIR`: writes a checkpoint whose weight
+// matrices are quantized (model/quantize.h, docs/quantization.md), loadable by every inference
+// command; the model's tokenizer files are copied along.
+#include <cstdio>
+#include <filesystem>
+
+#include "base/error.h"
+#include "cli/command.h"
+#include "model/quantize.h"
+#include "tokenizer/tokenizer.h"
+
+namespace astrai::cli {
+namespace {
+
+struct QuantizeOptions {
+  std::string model, output, type = "q8_0";
+};
+
+void run_quantize(const QuantizeOptions& o) {
+  ASTRAI_CHECK(std::filesystem::weakly_canonical(o.model) != std::filesystem::weakly_canonical(o.output),
+               "--output must not be the --model directory (its weights are read while the new ones are written)");
+  const model::Checkpoint ck = model::load_checkpoint(o.model);
+  const model::QuantizeReport r = model::save_quantized_checkpoint(o.output, ck.config, ck.weights, o.type);
+  tokenizer::copy_tokenizer_files(o.model, o.output);
+  std::printf("quantized %lld matrices to %s, kept %lld tensors as f32: %.1f MiB -> %.1f MiB, written to %s\n",
+              static_cast<long long>(r.quantized), o.type.c_str(), static_cast<long long>(r.kept),
+              static_cast<double>(r.bytes_in) / (1 << 20), static_cast<double>(r.bytes_out) / (1 << 20),
+              o.output.c_str());
+}
+
+void setup_quantize(CLI::App& app) {
+  auto opts = std::make_shared<QuantizeOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "quantize", "Write a checkpoint with quantized weight matrices (q8_0: blocks of 32 int8 and an f16 scale)");
+  cmd->add_option("--model", opts->model, "model directory (config.json + safetensors, f32/bf16/f16)")->required();
+  cmd->add_option("--output", opts->output, "directory of the quantized checkpoint")->required();
+  cmd->add_option("--type", opts->type, "weight format (q4_0 and q4_k are not implemented yet)")
+      ->check(CLI::IsMember({"q8_0"}))
+      ->capture_default_str();
+  cmd->callback([opts] { run_quantize(*opts); });
+}
+
+const bool kRegistered = register_command(&setup_quantize);
+
+}  // namespace
+}  // namespace astrai::cli

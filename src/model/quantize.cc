@@ -1,0 +1,34 @@
+#include "model/quantize.h"
+
+#include <filesystem>
+
+#include "base/error.h"
+#include "base/files.h"
+
+namespace astrai::model {
+
+QuantizeReport save_quantized_checkpoint(const std::string& dir, ModelConfig config, const ModelWeights& weights,
+                                         const std::string& format) {
+  ASTRAI_CHECK(format == "q8_0", "unknown weight format \"", format, "\" (supported: q8_0)");
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) fail("cannot create directory ", dir, ": ", ec.message());
+  QuantizeReport report;
+  std::vector<std::pair<std::string, Tensor>> out;
+  for (const auto& p : weights.params(config)) {
+    const Tensor& t = *p.tensor;
+    ASTRAI_CHECK(t.defined(), dir, ": parameter \"", p.name, "\" is not set");
+    const bool blocks = t.ndim() == 2 && t.dim(1) % kQ8Block == 0;
+    const DType to = blocks ? DType::kQ8_0 : DType::kF32;
+    out.emplace_back(p.name, t.dtype() == to ? t : t.to(to));
+    (blocks ? report.quantized : report.kept) += 1;
+    report.bytes_in += t.nbytes();
+    report.bytes_out += out.back().second.nbytes();
+  }
+  config.weight_format = format;
+  write_safetensors(dir + "/model.safetensors", out, Json{{"format", "pt"}});
+  write_file_atomic(dir + "/config.json", config.to_json().dump(2) + "\n");
+  return report;
+}
+
+}  // namespace astrai::model

@@ -1,0 +1,25 @@
+// Quantized checkpoints (`astrai quantize`, docs/quantization.md): every weight matrix whose
+// rows are whole blocks of 32 is stored as Q8_0 blocks, every vector (norms, biases) and any
+// matrix with ragged rows as f32; config.json names the format, so every command loads it.
+#pragma once
+
+#include <string>
+
+#include "model/weights.h"
+
+namespace astrai::model {
+
+struct QuantizeReport {
+  int64_t quantized = 0;   // matrices stored in the format
+  int64_t kept = 0;        // tensors kept as f32 (vectors, ragged matrices)
+  size_t bytes_in = 0;     // the weights as they were held
+  size_t bytes_out = 0;    // the weights as written
+};
+
+// Writes DIR/config.json (with "quantization_config") and DIR/model.safetensors (each
+// atomically) holding `weights` in `format` ("q8_0"). The source may be f32, bf16, f16, or
+// already Q8_0 (copied unchanged).
+QuantizeReport save_quantized_checkpoint(const std::string& dir, ModelConfig config, const ModelWeights& weights,
+                                         const std::string& format);
+
+}  // namespace astrai::model
