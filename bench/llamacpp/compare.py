@@ -15,9 +15,9 @@ Prints a Markdown table (tokens/s and our / llama.cpp ratios) and writes the raw
     bench/llamacpp/compare.py [--threads 2] [--formats f32,bf16,f16,q8_0,q4_0,q4_k]
                               [--no-batched] [--out build/llamacpp/compare]
 
-Our Q8_0 checkpoint is written by `astrai quantize` from the f32 one (the same bytes as
-llama-quantize's Q8_0 blocks); the 4-bit formats, which we cannot write yet, are measured on
-llama.cpp's side only.
+Our Q8_0 and Q4_0 checkpoints are written by `astrai quantize` from the f32 one (the same bytes
+as llama-quantize's blocks, except that llama-quantize keeps some matrices at other types, see
+its log); Q4_K_M, which we cannot write yet, is measured on llama.cpp's side only.
 Needs: bench/llamacpp/build.sh (run by this script), build/release/src/astrai, numpy.
 """
 import argparse
@@ -39,7 +39,7 @@ CONFIG = {"model_type": "llama", "vocab_size": 32000, "hidden_size": 768, "inter
           "max_position_embeddings": 32768, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
           "tie_word_embeddings": True, "hidden_act": "silu", "torch_dtype": "float32"}
 OURS = ("f32", "bf16", "f16")
-OUR_QUANT = ("q8_0",)  # written by astrai quantize from the f32 checkpoint
+OUR_QUANT = ("q8_0", "q4_0")  # written by astrai quantize from the f32 checkpoint
 QUANT = {"q8_0": "Q8_0", "q4_0": "Q4_0", "q4_k": "Q4_K_M"}
 
 

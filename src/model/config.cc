@@ -129,9 +129,9 @@ ModelConfig ModelConfig::from_json(const Json& j, const std::string& where) {
     const Json& q = j["quantization_config"];
     const std::string method = q.is_object() ? json_optional<std::string>(q, "quant_method", "", where) : "";
     c.weight_format = method == "astrai" ? json_optional<std::string>(q, "format", "", where) : "";
-    if (method != "astrai" || c.weight_format != "q8_0")
+    if (method != "astrai" || (c.weight_format != "q8_0" && c.weight_format != "q4_0"))
       fail(where, ": unsupported quantization_config ", q.dump(),
-           " (supported: {\"quant_method\": \"astrai\", \"format\": \"q8_0\"}, written by astrai quantize)");
+           " (supported: {\"quant_method\": \"astrai\", \"format\": \"q8_0\" or \"q4_0\"}, written by astrai quantize)");
   }
 
   const std::string act = json_optional<std::string>(j, "hidden_act", "silu", where);

@@ -59,8 +59,8 @@ struct ModelConfig {
   int64_t v_head_dim = 0;
 
   // Weights quantized by `astrai quantize` (config.json "quantization_config": {"quant_method":
-  // "astrai", "format": "q8_0"}): the matrices are stored as Q8_0 blocks (docs/quantization.md);
-  // empty for float checkpoints.
+  // "astrai", "format": "q8_0" | "q4_0"}): the matrices are stored as Q8_0 or Q4_0 blocks
+  // (docs/quantization.md); empty for float checkpoints.
   std::string weight_format;
 
   std::vector<int32_t> eos_token_ids;  // may be empty

@@ -9,7 +9,8 @@ namespace astrai::model {
 
 QuantizeReport save_quantized_checkpoint(const std::string& dir, ModelConfig config, const ModelWeights& weights,
                                          const std::string& format) {
-  ASTRAI_CHECK(format == "q8_0", "unknown weight format \"", format, "\" (supported: q8_0)");
+  ASTRAI_CHECK(format == "q8_0" || format == "q4_0", "unknown weight format \"", format, "\" (supported: q8_0, q4_0)");
+  const DType block = format == "q8_0" ? DType::kQ8_0 : DType::kQ4_0;
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) fail("cannot create directory ", dir, ": ", ec.message());
@@ -18,8 +19,8 @@ QuantizeReport save_quantized_checkpoint(const std::string& dir, ModelConfig con
   for (const auto& p : weights.params(config)) {
     const Tensor& t = *p.tensor;
     ASTRAI_CHECK(t.defined(), dir, ": parameter \"", p.name, "\" is not set");
-    const bool blocks = t.ndim() == 2 && t.dim(1) % kQ8Block == 0;
-    const DType to = blocks ? DType::kQ8_0 : DType::kF32;
+    const bool blocks = t.ndim() == 2 && t.dim(1) % kQBlock == 0;
+    const DType to = blocks ? block : DType::kF32;
     out.emplace_back(p.name, t.dtype() == to ? t : t.to(to));
     (blocks ? report.quantized : report.kept) += 1;
     report.bytes_in += t.nbytes();

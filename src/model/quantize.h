@@ -1,5 +1,5 @@
 // Quantized checkpoints (`astrai quantize`, docs/quantization.md): every weight matrix whose
-// rows are whole blocks of 32 is stored as Q8_0 blocks, every vector (norms, biases) and any
+// rows are whole blocks of 32 is stored as Q8_0 or Q4_0 blocks, every vector (norms, biases) and any
 // matrix with ragged rows as f32; config.json names the format, so every command loads it.
 #pragma once
 
@@ -17,8 +17,8 @@ struct QuantizeReport {
 };
 
 // Writes DIR/config.json (with "quantization_config") and DIR/model.safetensors (each
-// atomically) holding `weights` in `format` ("q8_0"). The source may be f32, bf16, f16, or
-// already Q8_0 (copied unchanged).
+// atomically) holding `weights` in `format` ("q8_0" or "q4_0"). The source may be f32, bf16,
+// f16, or already in the format (copied unchanged; another block type is dequantized first).
 QuantizeReport save_quantized_checkpoint(const std::string& dir, ModelConfig config, const ModelWeights& weights,
                                          const std::string& format);
 

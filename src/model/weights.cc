@@ -53,15 +53,21 @@ std::vector<ModelWeights::ConstParam> ModelWeights::params(const ModelConfig& co
 
 namespace {
 
-// A Q8_0 matrix as `astrai quantize` stores it: U8 [rows, cols / 32 * 34], each row's blocks in
-// order (docs/quantization.md); read in place as a Q8_0 tensor of the expected shape.
-Tensor q8_0_matrix(const Tensor& t, const Shape& expected, const std::string& name, const std::string& where) {
-  const bool fits = expected.size() == 2 && expected[1] % kQ8Block == 0 && t.ndim() == 2 && t.dim(0) == expected[0] &&
-                    t.dim(1) == expected[1] / kQ8Block * kQ8BlockBytes;
-  if (!fits)
-    fail(where, ": tensor \"", name, "\" is U8 ", shape_str(t.shape()), ", not Q8_0 blocks of ", shape_str(expected),
-         expected.size() == 2 ? str_cat(" (U8 [", expected[0], ", ", expected[1] / kQ8Block * kQ8BlockBytes, "])") : "");
-  return t.view_as(DType::kQ8_0, expected);
+// The weight dtype of a quantized checkpoint's matrices (kU8 for float checkpoints).
+DType block_dtype(const ModelConfig& config) {
+  return config.weight_format == "q8_0" ? DType::kQ8_0 : config.weight_format == "q4_0" ? DType::kQ4_0 : DType::kU8;
+}
+
+// A Q8_0 / Q4_0 matrix as `astrai quantize` stores it: U8 [rows, cols / 32 * block bytes], each
+// row's blocks in order (docs/quantization.md); read in place as a tensor of the expected shape.
+Tensor block_matrix(const Tensor& t, DType dtype, const Shape& expected, const std::string& name,
+                    const std::string& where) {
+  const bool matrix = expected.size() == 2 && expected[1] % kQBlock == 0;
+  const int64_t bytes = matrix ? static_cast<int64_t>(dtype_bytes(dtype, expected[1])) : 0;
+  if (!matrix || t.ndim() != 2 || t.dim(0) != expected[0] || t.dim(1) != bytes)
+    fail(where, ": tensor \"", name, "\" is U8 ", shape_str(t.shape()), ", not ", dtype_name(dtype), " blocks of ",
+         shape_str(expected), matrix ? str_cat(" (U8 [", expected[0], ", ", bytes, "])") : "");
+  return t.view_as(dtype, expected);
 }
 
 }  // namespace
@@ -79,10 +85,13 @@ ModelWeights ModelWeights::from_tensors(const ModelConfig& config, const TensorM
     }
     if (it == tensors.end()) fail(where, ": missing tensor \"", p.name, "\"");
     Tensor t = it->second;
-    if (t.dtype() == DType::kU8 && config.weight_format == "q8_0") t = q8_0_matrix(t, p.shape, name, where);
-    if (t.dtype() != DType::kF32 && t.dtype() != DType::kBF16 && t.dtype() != DType::kF16 && t.dtype() != DType::kQ8_0)
+    const DType blocks = block_dtype(config);
+    if (t.dtype() == DType::kU8 && blocks != DType::kU8) t = block_matrix(t, blocks, p.shape, name, where);
+    if (t.dtype() != DType::kF32 && t.dtype() != DType::kBF16 && t.dtype() != DType::kF16 && t.dtype() != blocks)
       fail(where, ": tensor \"", name, "\" has unsupported dtype ", dtype_name(t.dtype()), " (need F32, BF16 or F16",
-           config.weight_format == "q8_0" ? "; Q8_0 matrices are U8 [rows, cols / 32 * 34]" : "", ")");
+           blocks != DType::kU8 ? str_cat("; ", dtype_name(blocks), " matrices are U8 [rows, cols / 32 * ",
+                                          dtype_bytes(blocks, kQBlock), "]")
+                                : std::string(), ")");
     if (t.shape() != p.shape)
       fail(where, ": tensor \"", name, "\" has shape ", shape_str(t.shape()), ", expected ", shape_str(p.shape));
     *p.tensor = t;

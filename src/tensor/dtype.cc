@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "base/error.h"
 
@@ -17,7 +18,8 @@ struct DTypeInfo {
 constexpr DTypeInfo kInfos[] = {
     {DType::kF32, "F32", 4}, {DType::kF16, "F16", 2}, {DType::kBF16, "BF16", 2}, {DType::kI32, "I32", 4},
     {DType::kI64, "I64", 8}, {DType::kU8, "U8", 1},   {DType::kI8, "I8", 1},     {DType::kU16, "U16", 2},
-    {DType::kBool, "BOOL", 1}, {DType::kF64, "F64", 8}, {DType::kQ8_0, "Q8_0", kQ8BlockBytes, kQ8Block},
+    {DType::kBool, "BOOL", 1}, {DType::kF64, "F64", 8}, {DType::kQ8_0, "Q8_0", kQ8BlockBytes, kQBlock},
+    {DType::kQ4_0, "Q4_0", kQ4BlockBytes, kQBlock},
 };
 }  // namespace
 
@@ -37,13 +39,31 @@ size_t dtype_bytes(DType t, int64_t n) {
 
 void quantize_q8_0_block(const float* x, uint8_t* block) {
   float amax = 0.0f;
-  for (int64_t i = 0; i < kQ8Block; ++i) amax = std::max(amax, std::fabs(x[i]));
+  for (int64_t i = 0; i < kQBlock; ++i) amax = std::max(amax, std::fabs(x[i]));
   const float d = amax / 127.0f;
   const float id = d != 0.0f ? 1.0f / d : 0.0f;
   const uint16_t dh = f32_to_f16(d);
   std::memcpy(block, &dh, 2);
-  for (int64_t i = 0; i < kQ8Block; ++i) block[2 + i] = static_cast<uint8_t>(static_cast<int8_t>(std::roundf(x[i] * id)));
+  for (int64_t i = 0; i < kQBlock; ++i) block[2 + i] = static_cast<uint8_t>(static_cast<int8_t>(std::roundf(x[i] * id)));
 }
+void quantize_q4_0_block(const float* x, uint8_t* block) {
+  float amax = 0.0f, max = 0.0f;
+  for (int64_t i = 0; i < kQBlock; ++i) {
+    if (amax < std::fabs(x[i])) {
+      amax = std::fabs(x[i]);
+      max = x[i];
+    }
+  }
+  const float d = max / -8.0f;
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  const uint16_t dh = f32_to_f16(d);
+  std::memcpy(block, &dh, 2);
+  for (int64_t j = 0; j < kQBlock / 2; ++j) {
+    const auto q = [&](float v) { return static_cast<uint8_t>(std::min(15, static_cast<int>(static_cast<int8_t>(v * id + 8.5f)))); };
+    block[2 + j] = static_cast<uint8_t>(q(x[j]) | (q(x[kQBlock / 2 + j]) << 4));
+  }
+}
+
 std::string_view dtype_name(DType t) { return kInfos[static_cast<int>(t)].name; }
 
 bool dtype_from_name(std::string_view name, DType* out) {
@@ -125,14 +145,28 @@ void convert_to_f32(DType src_type, const void* src, float* dst, size_t n) {
       for (size_t i = 0; i < n; ++i) dst[i] = static_cast<float>(s[i]);
       return;
     }
-    case DType::kQ8_0: {
-      ASTRAI_CHECK(n % kQ8Block == 0, "Q8_0: ", n, " elements are not whole blocks of ", kQ8Block);
+    case DType::kQ4_0: {
+      ASTRAI_CHECK(n % kQBlock == 0, "Q4_0: ", n, " elements are not whole blocks of ", kQBlock);
       const auto* b = static_cast<const uint8_t*>(src);
-      for (size_t i = 0; i < n; i += kQ8Block, b += kQ8BlockBytes) {
+      for (size_t i = 0; i < n; i += kQBlock, b += kQ4BlockBytes) {
         uint16_t dh;
         std::memcpy(&dh, b, 2);
         const float d = f16_to_f32(dh);
-        for (int64_t j = 0; j < kQ8Block; ++j) dst[i + j] = static_cast<float>(static_cast<int8_t>(b[2 + j])) * d;
+        for (int64_t j = 0; j < kQBlock / 2; ++j) {
+          dst[i + j] = static_cast<float>((b[2 + j] & 15) - 8) * d;
+          dst[i + kQBlock / 2 + j] = static_cast<float>((b[2 + j] >> 4) - 8) * d;
+        }
+      }
+      return;
+    }
+    case DType::kQ8_0: {
+      ASTRAI_CHECK(n % kQBlock == 0, "Q8_0: ", n, " elements are not whole blocks of ", kQBlock);
+      const auto* b = static_cast<const uint8_t*>(src);
+      for (size_t i = 0; i < n; i += kQBlock, b += kQ8BlockBytes) {
+        uint16_t dh;
+        std::memcpy(&dh, b, 2);
+        const float d = f16_to_f32(dh);
+        for (int64_t j = 0; j < kQBlock; ++j) dst[i + j] = static_cast<float>(static_cast<int8_t>(b[2 + j])) * d;
       }
       return;
     }
@@ -156,10 +190,16 @@ void convert_from_f32(const float* src, DType dst_type, void* dst, size_t n) {
       for (size_t i = 0; i < n; ++i) d[i] = f32_to_f16(src[i]);
       return;
     }
-    case DType::kQ8_0: {
-      ASTRAI_CHECK(n % kQ8Block == 0, "Q8_0: ", n, " elements are not whole blocks of ", kQ8Block);
+    case DType::kQ4_0: {
+      ASTRAI_CHECK(n % kQBlock == 0, "Q4_0: ", n, " elements are not whole blocks of ", kQBlock);
       auto* b = static_cast<uint8_t*>(dst);
-      for (size_t i = 0; i < n; i += kQ8Block, b += kQ8BlockBytes) quantize_q8_0_block(src + i, b);
+      for (size_t i = 0; i < n; i += kQBlock, b += kQ4BlockBytes) quantize_q4_0_block(src + i, b);
+      return;
+    }
+    case DType::kQ8_0: {
+      ASTRAI_CHECK(n % kQBlock == 0, "Q8_0: ", n, " elements are not whole blocks of ", kQBlock);
+      auto* b = static_cast<uint8_t*>(dst);
+      for (size_t i = 0; i < n; i += kQBlock, b += kQ8BlockBytes) quantize_q8_0_block(src + i, b);
       return;
     }
     default:

@@ -122,20 +122,21 @@ TEST_P(IsaIdentity, LinearEveryDtypeAndPath) {
   }
 }
 
-// Q8_0 weights (rows of whole blocks of 32): the quantized path of every level equals generic.
-TEST_P(IsaIdentity, LinearQ8_0EveryPath) {
+// Q8_0 and Q4_0 weights (rows of whole blocks of 32): the quantized paths of every level equal generic.
+TEST_P(IsaIdentity, LinearQ8_0AndQ4_0EveryPath) {
   const std::vector<LinearShape> shapes = {
       {1, 7, 32},   {1, 40, 2496}, {2, 13, 64},   {3, 96, 96},   {4, 50, 1024}, {5, 31, 1056},
       {8, 24, 320}, {9, 23, 96},   {16, 61, 64},  {33, 70, 160}, {64, 18, 224}, {65, 30, 160},
       {200, 140, 64}, {7, 130, 3008}, {150, 21, 2112},
   };
+  for (DType dt : {DType::kQ8_0, DType::kQ4_0}) {
   for (const LinearShape& s : shapes) {
     const auto x = randn(static_cast<size_t>(s.m * s.k), 1);
     const auto wf = randn(static_cast<size_t>(s.n * s.k), 2, 0.2f);
     const auto bias = randn(static_cast<size_t>(s.n), 3);
-    std::vector<uint8_t> wq(dtype_bytes(DType::kQ8_0, s.n * s.k));
-    convert_from_f32(wf.data(), DType::kQ8_0, wq.data(), wf.size());
-    const WeightView w{wq.data(), DType::kQ8_0, s.n, s.k};
+    std::vector<uint8_t> wq(dtype_bytes(dt, s.n * s.k));
+    convert_from_f32(wf.data(), dt, wq.data(), wf.size());
+    const WeightView w{wq.data(), dt, s.n, s.k};
     for (bool with_bias : {false, true}) {
       expect_same(
           [&](const KernelTable& t) {
@@ -143,9 +144,10 @@ TEST_P(IsaIdentity, LinearQ8_0EveryPath) {
             t.linear(x.data(), s.m, w, with_bias ? bias.data() : nullptr, y.data());
             return y;
           },
-          "linear Q8_0 " + std::to_string(s.m) + "x" + std::to_string(s.n) + "x" + std::to_string(s.k) +
+          "linear " + std::string(dtype_name(dt)) + " " + std::to_string(s.m) + "x" + std::to_string(s.n) + "x" + std::to_string(s.k) +
               (with_bias ? " +bias" : ""));
     }
+  }
   }
 }
 

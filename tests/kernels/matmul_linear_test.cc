@@ -156,30 +156,33 @@ TEST_P(LinearDtypeTest, BlasModeMatchesReference) {
 INSTANTIATE_TEST_SUITE_P(Dtypes, LinearDtypeTest, ::testing::Values(DType::kF32, DType::kBF16, DType::kF16),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 
-// Q8_0 weights are widened exactly (q * d) and then follow the f32 contract, so the quantized
-// linear equals the f32 linear on the dequantized weights bit for bit, on every path.
-TEST(LinearQ8_0, EqualsF32LinearOnDequantizedWeights) {
+// Q8_0 and Q4_0 weights are widened exactly ((q - zero) * d) and then follow the f32 contract,
+// so the quantized linear equals the f32 linear on the dequantized weights bit for bit, on
+// every path.
+TEST(LinearBlocks, EqualsF32LinearOnDequantizedWeights) {
   std::mt19937 rng(7);
+  for (DType dt : {DType::kQ8_0, DType::kQ4_0})
   for (int64_t m : {1, 2, 3, 5, 8, 16, 33, 64, 65, 150}) {
     for (int64_t k : {32, 64, 96, 1024, 2112}) {
       for (int64_t n : {1, 7, 24, 61}) {
         const auto x = random_vec(static_cast<size_t>(m * k), rng);
         const auto wf = random_vec(static_cast<size_t>(n * k), rng);
         const auto bias = random_vec(static_cast<size_t>(n), rng);
-        std::vector<uint8_t> wq(dtype_bytes(DType::kQ8_0, n * k));
-        convert_from_f32(wf.data(), DType::kQ8_0, wq.data(), wf.size());
+        std::vector<uint8_t> wq(dtype_bytes(dt, n * k));
+        convert_from_f32(wf.data(), dt, wq.data(), wf.size());
         std::vector<float> wd(wf.size());
-        convert_to_f32(DType::kQ8_0, wq.data(), wd.data(), wd.size());
+        convert_to_f32(dt, wq.data(), wd.data(), wd.size());
         std::vector<float> yq(static_cast<size_t>(m * n), NAN), yf(yq.size(), NAN);
-        linear(x.data(), m, WeightView{wq.data(), DType::kQ8_0, n, k}, bias.data(), yq.data());
+        linear(x.data(), m, WeightView{wq.data(), dt, n, k}, bias.data(), yq.data());
         linear(x.data(), m, WeightView{wd.data(), DType::kF32, n, k}, bias.data(), yf.data());
-        ASSERT_EQ(std::memcmp(yq.data(), yf.data(), yq.size() * 4), 0) << "M=" << m << " N=" << n << " K=" << k;
+        ASSERT_EQ(std::memcmp(yq.data(), yf.data(), yq.size() * 4), 0)
+            << dtype_name(dt) << " M=" << m << " N=" << n << " K=" << k;
       }
     }
   }
 }
 
-TEST(LinearQ8_0, QuantizesAsLlamaCppReference) {
+TEST(LinearBlocks, Q8_0QuantizesAsLlamaCppReference) {
   // d = max|x| / 127 stored as f16, q = roundf(x / d) (halves away from zero), all-zero blocks.
   float x[64] = {};
   for (int i = 0; i < 32; ++i) x[i] = (i - 16) * 0.25f;  // max |x| = 4: d = 4/127
@@ -201,10 +204,31 @@ TEST(LinearQ8_0, QuantizesAsLlamaCppReference) {
   EXPECT_THROW(convert_from_f32(x, DType::kQ8_0, b, 40), Error);
 }
 
-TEST(LinearQ8_0, RejectsRowsOfPartialBlocks) {
+TEST(LinearBlocks, Q4_0QuantizesAsLlamaCppReference) {
+  // m = the value of largest magnitude (-4 here), d = m / -8 = 0.5 as f16, q = min(15, int(x / d + 8.5)).
+  float x[32];
+  for (int i = 0; i < 32; ++i) x[i] = (i - 16) * 0.25f;
+  uint8_t b[18];
+  convert_from_f32(x, DType::kQ4_0, b, 32);
+  uint16_t dh;
+  std::memcpy(&dh, b, 2);
+  EXPECT_EQ(dh, f32_to_f16(0.5f));
+  // x[0] = -4: -4 / 0.5 = -8 -> q 0 (nibble 0 of byte 0); x[16] = 0 -> q 8 (nibble 1 of byte 0);
+  // x[31] = 3.75 -> 7.5 + 8.5 = 16 -> clamped to 15; x[1] = -3.75 -> -7.5 + 8.5 = 1.
+  EXPECT_EQ(b[2], 0x80);
+  EXPECT_EQ(b[3], 0x91);  // x[1] -> 1, x[17] = 0.25 -> 0.5 + 8.5 = 9
+  EXPECT_EQ(b[2 + 15] >> 4, 15);
+  float back[32];
+  convert_to_f32(DType::kQ4_0, b, back, 32);
+  EXPECT_EQ(back[0], -4.0f);
+  EXPECT_EQ(back[31], 3.5f);
+}
+
+TEST(LinearBlocks, RejectsRowsOfPartialBlocks) {
   std::vector<uint8_t> w(34 * 4);
   float x[48] = {}, y[2];
   EXPECT_THROW(linear(x, 1, WeightView{w.data(), DType::kQ8_0, 2, 48}, nullptr, y), Error);
+  EXPECT_THROW(linear(x, 1, WeightView{w.data(), DType::kQ4_0, 2, 48}, nullptr, y), Error);
 }
 
 TEST(Linear, ZeroKGivesBias) {

@@ -58,15 +58,28 @@ inline int64_t num_tiles(int64_t m) {
   return n;
 }
 
-// Bytes of one element of a float weight type (Q8_0 is addressed by row_bytes / load_w_at).
+// Bytes of one element of a float weight type (the block types are addressed by row_bytes and
+// load_w_at).
 template <DType T>
 constexpr int64_t kElemBytes = T == DType::kF32 ? 4 : 2;
 
-// Bytes of the first k elements of a W row (k a multiple of 32 for Q8_0).
+// Q8_0 and Q4_0 (tensor/dtype.h): rows of whole blocks of 32, no K tails.
+template <DType T>
+constexpr bool kBlockType = is_block_type(T);
+
+// Bytes of the first k elements of a W row (k a multiple of 32 for the block types).
 template <DType T>
 constexpr int64_t row_bytes(int64_t k) {
-  if constexpr (T == DType::kQ8_0) return k / kQ8Block * kQ8BlockBytes;
+  if constexpr (T == DType::kQ8_0) return k / kQBlock * kQ8BlockBytes;
+  else if constexpr (T == DType::kQ4_0) return k / kQBlock * kQ4BlockBytes;
   else return k * kElemBytes<T>;
+}
+
+// Part h of the 16 weights at quant offset `off` (0 or 16) of the block at b, as f32 (exact).
+template <DType T>
+inline Part pload_block(const uint8_t* b, int64_t off, int h) {
+  if constexpr (T == DType::kQ8_0) return pload_q8(b, off, h);
+  else return pload_q4(b, off, h);
 }
 
 // 16 elements of a W row at p as f32 (bf16 and f16 widened exactly); the _n form: the first n,
@@ -85,14 +98,15 @@ inline Vec16 load_w(const uint8_t* p, int64_t n) {
 }
 
 // The 16 elements k..k+15 of the W row at `row` (k a multiple of 16) as f32: exact for every
-// type (Q8_0: the quants of k's block times its f16 scale).
+// type (a block type: the quants of k's block times its f16 scale).
 template <DType T>
 inline Vec16 load_w_at(const uint8_t* row, int64_t k) {
-  if constexpr (T == DType::kQ8_0) {
-    const uint8_t* block = row + k / kQ8Block * kQ8BlockBytes;
-    uint16_t dh;
-    std::memcpy(&dh, block, 2);
-    return vload_q8(reinterpret_cast<const int8_t*>(block + 2 + k % kQ8Block), dh);
+  if constexpr (kBlockType<T>) {
+    const uint8_t* block = row + row_bytes<T>(k / kQBlock * kQBlock);
+    Vec16 v;
+#pragma GCC unroll 4
+    for (int h = 0; h < kParts; ++h) part(v, h) = pload_block<T>(block, k % kQBlock, h);
+    return v;
   } else {
     return load_w<T>(row + k * kElemBytes<T>);
   }
@@ -234,43 +248,44 @@ void tile_packed(const float* x, int64_t ldx, const float* wp, int64_t kc, int n
   tile_store<MR, NR>(acc, nr, y, ldy, first, bias);
 }
 
-// The tile of tile_partial and tile_in_place (below) for Q8_0 rows, a block (two 16-wide steps)
+// The tile of tile_partial and tile_in_place (below) for rows of blocks, a block (two 16-wide steps)
 // at a time: each row pointer moves
 // one block per iteration.
-template <int MR, int NR>
-void tile_q8_0(const float* x, int64_t ldx, const void* w, int64_t ld, int64_t kc, int nr, float* y, int64_t ldy,
+template <int MR, int NR, DType T>
+void tile_blocks(const float* x, int64_t ldx, const void* w, int64_t ld, int64_t kc, int nr, float* y, int64_t ldy,
                bool first, const float* bias, const char* prefetch = nullptr, int64_t prefetch_lines = 0) {
-  const int64_t blocks = std::max<int64_t>(1, kc / kQ8Block);
+  constexpr int64_t kBlockBytes = row_bytes<T>(kQBlock);
+  const int64_t blocks = std::max<int64_t>(1, kc / kQBlock);
   const int64_t pf_step = (prefetch_lines + blocks - 1) / blocks;
   const char* pf = prefetch;
   const char* pf_end = prefetch ? prefetch + prefetch_lines * 64 : nullptr;
   const uint8_t* wrow[NR];
-  for (int c = 0; c < NR; ++c) wrow[c] = static_cast<const uint8_t*>(w) + std::min(c, nr - 1) * row_bytes<DType::kQ8_0>(ld);
+  for (int c = 0; c < NR; ++c) wrow[c] = static_cast<const uint8_t*>(w) + std::min(c, nr - 1) * row_bytes<T>(ld);
   Vec16 acc[MR][NR];
 #pragma GCC unroll 8
   for (int r = 0; r < MR; ++r)
 #pragma GCC unroll 8
     for (int c = 0; c < NR; ++c) acc[r][c] = vzero();
-  for (int64_t k = 0; k < kc; k += kQ8Block) {
+  for (int64_t k = 0; k < kc; k += kQBlock) {
     if (pf < pf_end) {
       for (int64_t b = 0; b < pf_step; ++b) prefetch_l2(pf + b * 64);
       pf += pf_step * 64;
     }
-    tile_step<MR, NR>(x + k, ldx, [&](int c, int h) { return pload_q8(wrow[c], 0, h); }, acc);
-    tile_step<MR, NR>(x + k + 16, ldx, [&](int c, int h) { return pload_q8(wrow[c], 16, h); }, acc);
+    tile_step<MR, NR>(x + k, ldx, [&](int c, int h) { return pload_block<T>(wrow[c], 0, h); }, acc);
+    tile_step<MR, NR>(x + k + 16, ldx, [&](int c, int h) { return pload_block<T>(wrow[c], 16, h); }, acc);
 #pragma GCC unroll 8
-    for (int c = 0; c < NR; ++c) wrow[c] += kQ8BlockBytes;
+    for (int c = 0; c < NR; ++c) wrow[c] += kBlockBytes;
   }
   tile_store<MR, NR>(acc, nr, y, ldy, first, bias);
 }
 
-// w: the tile's first row at the block's first k (for Q8_0, a multiple of 32), rows `ld`
+// w: the tile's first row at the block's first k (for a block type, a multiple of 32), rows `ld`
 // elements apart.
 template <int MR, int NR, DType T>
 void tile_partial(const float* x, int64_t ldx, const void* w, int64_t ld, int64_t kc, int nr, float* y, int64_t ldy,
                   bool first, const float* bias) {
-  if constexpr (T == DType::kQ8_0) {
-    tile_q8_0<MR, NR>(x, ldx, w, ld, kc, nr, y, ldy, first, bias);
+  if constexpr (kBlockType<T>) {
+    tile_blocks<MR, NR, T>(x, ldx, w, ld, kc, nr, y, ldy, first, bias);
   } else {
     const uint8_t* wrow[NR];
     for (int c = 0; c < NR; ++c) wrow[c] = static_cast<const uint8_t*>(w) + std::min(c, nr - 1) * ld * kElemBytes<T>;
@@ -298,8 +313,8 @@ void tile_partial(const float* x, int64_t ldx, const void* w, int64_t ld, int64_
 template <int MR, int NR, DType T>
 void tile_in_place(const float* x, int64_t ldx, const void* w, int64_t ld, int64_t kc, float* y, int64_t ldy,
                    bool first, const float* bias, const char* prefetch, int64_t prefetch_lines) {
-  if constexpr (T == DType::kQ8_0) {  // rows of blocks: one pointer per row
-    tile_q8_0<MR, NR>(x, ldx, w, ld, kc, NR, y, ldy, first, bias, prefetch, prefetch_lines);
+  if constexpr (kBlockType<T>) {  // rows of blocks: one pointer per row
+    tile_blocks<MR, NR, T>(x, ldx, w, ld, kc, NR, y, ldy, first, bias, prefetch, prefetch_lines);
     return;
   }
   constexpr int64_t esz = kElemBytes<T>;
@@ -368,7 +383,7 @@ void pack_block(const void* w, int64_t ld, int64_t rows, int64_t k0, int64_t kc,
       const uint8_t* row = static_cast<const uint8_t*>(w) + (g + c) * row_bytes<T>(ld);
       int64_t st = 0;
       for (; st < kc / 16; ++st) vstore(gd + (st * kGroup + c) * 16, load_w_at<T>(row, k0 + st * 16));
-      if constexpr (T != DType::kQ8_0) {  // Q8_0 rows are whole blocks: no tail
+      if constexpr (!kBlockType<T>) {  // rows of blocks have no tail
         if (st < steps) vstore(gd + (st * kGroup + c) * 16, load_w<T>(row + (k0 + st * 16) * esz, kc - st * 16));
       }
     }

@@ -52,7 +52,7 @@ float block_dot(const float* x, const uint8_t* w, int64_t k0, int64_t kc) {
   Vec16 acc = vzero();
   int64_t k = 0;
   for (; k + 16 <= kc; k += 16) acc = vfma(vload(x + k), load_w_at<T>(w, k0 + k), acc);
-  if constexpr (T != DType::kQ8_0) {  // Q8_0 rows are whole blocks: no tail
+  if constexpr (!kBlockType<T>) {  // rows of blocks have no tail
     if (k < kc) acc = vfma(vload(x + k, kc - k), load_w<T>(w + (k0 + k) * kElemBytes<T>, kc - k), acc);
   }
   return vsum(acc);
@@ -78,7 +78,7 @@ void linear_invariant(const float* x, int64_t m, const WeightView& w, const floa
 
 #else
 
-constexpr int64_t kSmallM = 8;       // up to this many rows: bf16/f16/Q8_0 weights read in place
+constexpr int64_t kSmallM = 8;       // up to this many rows: bf16/f16/Q8_0/Q4_0 weights read in place
 constexpr int64_t kPackRows = 16 * kGroup;  // W rows per packed block (v4: 128 x 1024 x 4 B = 512 KiB)
 constexpr int64_t kRowBlock = 192;   // x rows per pass over a packed block (a multiple of 2 and 3)
 constexpr int64_t kL1PackM = 64;     // up to this many rows: f32 W in place, bf16/f16 packed one group x kKb (L1)
@@ -263,13 +263,13 @@ void linear_invariant(const float* x, int64_t m, const WeightView& w, const floa
 
 #endif
 
-// dst[k] = float(src[k]) for k < count (exact for bf16, f16 and Q8_0).
+// dst[k] = float(src[k]) for k < count (exact for bf16, f16, Q8_0 and Q4_0).
 template <DType T>
 void widen(const void* src, int64_t count, float* dst) {
   const uint8_t* s = static_cast<const uint8_t*>(src);
   int64_t k = 0;
   for (; k + 16 <= count; k += 16) vstore(dst + k, load_w_at<T>(s, k));
-  if constexpr (T != DType::kQ8_0) {
+  if constexpr (!kBlockType<T>) {
     if (k < count) vstore(dst + k, load_w<T>(s + k * kElemBytes<T>, count - k), count - k);
   }
 }
@@ -323,8 +323,11 @@ void linear(const float* x, int64_t m, const WeightView& w, const float* bias, f
     case DType::kBF16: return linear_typed<DType::kBF16>(x, m, w, bias, y);
     case DType::kF16: return linear_typed<DType::kF16>(x, m, w, bias, y);
     case DType::kQ8_0:
-      ASTRAI_CHECK(w.cols % kQ8Block == 0, "linear: Q8_0 weights need whole blocks of ", kQ8Block, " (cols ", w.cols, ")");
-      return linear_typed<DType::kQ8_0>(x, m, w, bias, y);
+    case DType::kQ4_0:
+      ASTRAI_CHECK(w.cols % kQBlock == 0, "linear: ", dtype_name(w.dtype), " weights need whole blocks of ", kQBlock,
+                   " (cols ", w.cols, ")");
+      if (w.dtype == DType::kQ8_0) return linear_typed<DType::kQ8_0>(x, m, w, bias, y);
+      return linear_typed<DType::kQ4_0>(x, m, w, bias, y);
     default: fail("linear: unsupported weight dtype ", dtype_name(w.dtype));
   }
 }

@@ -124,6 +124,14 @@ inline Part pload_q8(const uint8_t* b, int64_t off, int) {
   std::memcpy(&dh, b, 2);
   return vload_q8(reinterpret_cast<const int8_t*>(b + 2 + off), dh).v;
 }
+// The 16 Q4_0 weights of the 18-byte block at b: its low nibbles (off 0) or high ones (off 16).
+inline Part pload_q4(const uint8_t* b, int64_t off, int) {
+  uint16_t dh;
+  std::memcpy(&dh, b, 2);
+  const __m512i q = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 2)));
+  const __m512i n = off ? _mm512_srli_epi32(q, 4) : _mm512_and_si512(q, _mm512_set1_epi32(15));
+  return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(n, _mm512_set1_epi32(8))), _mm512_set1_ps(_cvtsh_ss(dh)));
+}
 inline Part pfma(Part a, Part b, Part c) { return _mm512_fmadd_ps(a, b, c); }
 inline void ppin(Part& a) { asm("" : "+v"(a)); }
 
@@ -230,6 +238,13 @@ inline Part pload_q8(const uint8_t* b, int64_t off, int h) {
   uint16_t dh;
   std::memcpy(&dh, b, 2);
   return _mm256_mul_ps(i8x8(reinterpret_cast<const int8_t*>(b + 2 + off + 8 * h)), _mm256_set1_ps(_cvtsh_ss(dh)));
+}
+inline Part pload_q4(const uint8_t* b, int64_t off, int h) {
+  uint16_t dh;
+  std::memcpy(&dh, b, 2);
+  const __m256i q = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b + 2 + 8 * h)));
+  const __m256i n = off ? _mm256_srli_epi32(q, 4) : _mm256_and_si256(q, _mm256_set1_epi32(15));
+  return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(n, _mm256_set1_epi32(8))), _mm256_set1_ps(_cvtsh_ss(dh)));
 }
 inline Part pfma(Part a, Part b, Part c) { return _mm256_fmadd_ps(a, b, c); }
 inline void ppin(Part& a) { asm("" : "+x"(a)); }
@@ -345,6 +360,16 @@ inline Part pload_q8(const uint8_t* b, int64_t off, int h) {
   const int16x8_t q = vmovl_s8(vreinterpret_s8_s32(vdup_n_s32(q4)));
   return vmulq_n_f32(vcvtq_f32_s32(vmovl_s16(vget_low_s16(q))), d);
 }
+inline Part pload_q4(const uint8_t* b, int64_t off, int h) {
+  uint16_t dh;
+  uint32_t q4;
+  std::memcpy(&dh, b, 2);
+  std::memcpy(&q4, b + 2 + 4 * h, 4);
+  const float d = vgetq_lane_f32(vcvt_f32_f16(vreinterpret_f16_u16(vdup_n_u16(dh))), 0);
+  const uint32x4_t q = vmovl_u16(vget_low_u16(vmovl_u8(vreinterpret_u8_u32(vdup_n_u32(q4)))));
+  const uint32x4_t n = off ? vshrq_n_u32(q, 4) : vandq_u32(q, vdupq_n_u32(15));
+  return vmulq_n_f32(vcvtq_f32_s32(vsubq_s32(vreinterpretq_s32_u32(n), vdupq_n_s32(8))), d);
+}
 inline Part pfma(Part a, Part b, Part c) { return vfmaq_f32(c, a, b); }
 inline void ppin(Part& a) { asm("" : "+w"(a)); }
 
@@ -414,6 +439,12 @@ inline Part pload_q8(const uint8_t* b, int64_t off, int) {
   uint16_t dh;
   std::memcpy(&dh, b, 2);
   return vload_q8(reinterpret_cast<const int8_t*>(b + 2 + off), dh);
+}
+inline Part pload_q4(const uint8_t* b, int64_t off, int) {
+  uint16_t dh;
+  std::memcpy(&dh, b, 2);
+  const float d = f16_widen(dh);
+  return map16([&](int l) { return static_cast<float>((off ? b[2 + l] >> 4 : b[2 + l] & 15) - 8) * d; });
 }
 inline Part pfma(Part a, Part b, Part c) { return vfma(a, b, c); }
 inline void ppin(Part&) {}
