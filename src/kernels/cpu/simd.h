@@ -130,7 +130,9 @@ inline Part pload_q4(const uint8_t* b, int64_t off, int) {
   std::memcpy(&dh, b, 2);
   const __m512i q = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 2)));
   const __m512i n = off ? _mm512_srli_epi32(q, 4) : _mm512_and_si512(q, _mm512_set1_epi32(15));
-  return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(n, _mm512_set1_epi32(8))), _mm512_set1_ps(_cvtsh_ss(dh)));
+  // n * d - 8 * d in one rounding: n * d and 8 * d are exact, and so is their difference, (n - 8) * d.
+  const float d = _cvtsh_ss(dh);
+  return _mm512_fmsub_ps(_mm512_cvtepi32_ps(n), _mm512_set1_ps(d), _mm512_set1_ps(8.0f * d));
 }
 inline Part pfma(Part a, Part b, Part c) { return _mm512_fmadd_ps(a, b, c); }
 inline void ppin(Part& a) { asm("" : "+v"(a)); }
@@ -244,7 +246,9 @@ inline Part pload_q4(const uint8_t* b, int64_t off, int h) {
   std::memcpy(&dh, b, 2);
   const __m256i q = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b + 2 + 8 * h)));
   const __m256i n = off ? _mm256_srli_epi32(q, 4) : _mm256_and_si256(q, _mm256_set1_epi32(15));
-  return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(n, _mm256_set1_epi32(8))), _mm256_set1_ps(_cvtsh_ss(dh)));
+  // n * d - 8 * d in one rounding: n * d and 8 * d are exact, and so is their difference, (n - 8) * d.
+  const float d = _cvtsh_ss(dh);
+  return _mm256_fmsub_ps(_mm256_cvtepi32_ps(n), _mm256_set1_ps(d), _mm256_set1_ps(8.0f * d));
 }
 inline Part pfma(Part a, Part b, Part c) { return _mm256_fmadd_ps(a, b, c); }
 inline void ppin(Part& a) { asm("" : "+x"(a)); }
