@@ -6,9 +6,9 @@ tied embeddings) as our checkpoint (HF-layout safetensors + config.json) in f32,
 and the same weights as GGUF (with the gguf package from llama.cpp's own source tree; Q and K
 rows permuted as llama.cpp's converter does, for its RoPE pairing), then quantized by
 llama-quantize to Q8_0, Q4_0 and Q4_K_M. Then, with the same thread count:
-  llama.cpp: llama-bench -p 512 -n 128 (pp512, tg128) and llama-batched-bench -npp 512 -ntg 128
-             -npl 1,8,32 (aggregate decode with parallel sequences);
-  AstrAI:    astrai bench prefill --prompt 512, astrai bench decode --prompt 512 --gen 128
+  llama.cpp: llama-bench -p 512,4096 -n 128 (pp512, pp4096, tg128) and llama-batched-bench -npp 512
+             -ntg 128 -npl 1,8,32 (aggregate decode with parallel sequences);
+  AstrAI:    astrai bench prefill --prompt 512 and 4096, astrai bench decode --prompt 512 --gen 128
              --batches 1,8,32 (KV cache in bf16: the same bytes as llama.cpp's default f16 cache).
 Prints a Markdown table (tokens/s and our / llama.cpp ratios) and writes the raw results as JSON.
 
@@ -179,10 +179,10 @@ def last_json(text):
 
 def llama_side(bin_dir, gguf_path, threads, batched):
     res = {}
-    out = json.loads(run([f"{bin_dir}/llama-bench", "-m", gguf_path, "-p", "512", "-n", "128", "-t", str(threads),
+    out = json.loads(run([f"{bin_dir}/llama-bench", "-m", gguf_path, "-p", "512,4096", "-n", "128", "-t", str(threads),
                           "-r", "3", "-o", "json"]))
     for r in out:
-        res["pp512" if r["n_prompt"] else "tg128"] = r["avg_ts"]
+        res[f"pp{r['n_prompt']}" if r["n_prompt"] else "tg128"] = r["avg_ts"]
     if batched:
         text = run([f"{bin_dir}/llama-batched-bench", "-m", gguf_path, "-c", str(32 * 640 + 64), "-b", "2048",
                     "-ub", "512", "-npp", "512", "-ntg", "128", "-npl", "1,8,32", "-t", str(threads),
@@ -201,6 +201,8 @@ def our_side(astrai, model_dir, threads, batched):
     j = last_json(run([astrai, "bench", "prefill", "--prompt", "512", "--batches", "1", "--repeat", "3"] + common))
     res["pp512"] = j["batches"][0]["tokens_per_s"]
     res["kernels"], res["cpu"] = j["kernels"], j["cpu"]
+    j = last_json(run([astrai, "bench", "prefill", "--prompt", "4096", "--batches", "1", "--repeat", "3"] + common))
+    res["pp4096"] = j["batches"][0]["tokens_per_s"]
     batches = "1,8,32" if batched else "1"
     j = last_json(run([astrai, "bench", "decode", "--prompt", "512", "--gen", "128", "--batches", batches] + common))
     for b in j["batches"]:
@@ -220,7 +222,7 @@ def cpu_model():
 
 
 def table(results, batched):
-    cols = [("pp512", "prompt 512 (tok/s)"), ("tg128", "decode, 1 sequence (tok/s)")]
+    cols = [("pp512", "prompt 512 (tok/s)"), ("pp4096", "prompt 4096 (tok/s)"), ("tg128", "decode, 1 sequence (tok/s)")]
     if batched:
         cols += [("b8_tg", "decode, 8 sequences (tok/s)"), ("b32_tg", "decode, 32 sequences (tok/s)")]
     head = "| weights | " + " | ".join(f"{t}: llama.cpp / ours / ratio" for _, t in cols) + " |"
