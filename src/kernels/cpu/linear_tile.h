@@ -19,7 +19,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstring>
 
 #include "kernels/cpu/level.h"
 #include "kernels/cpu/reduce8.h"
@@ -248,12 +247,13 @@ void tile_packed(const float* x, int64_t ldx, const float* wp, int64_t kc, int n
   tile_store<MR, NR>(acc, nr, y, ldy, first, bias);
 }
 
-// The tile of tile_partial and tile_in_place (below) for rows of blocks, a block (two 16-wide steps)
-// at a time: each row pointer moves
-// one block per iteration.
+// The tile of tile_partial and tile_in_place (below) for rows of blocks (Q8_0, Q4_0): a block,
+// two 16-wide steps, at a time, each row's pointer moving one block per iteration; the same
+// operations per output as the float tiles. `prefetch_lines` lines from `prefetch` go to L2,
+// spread over the blocks.
 template <int MR, int NR, DType T>
 void tile_blocks(const float* x, int64_t ldx, const void* w, int64_t ld, int64_t kc, int nr, float* y, int64_t ldy,
-               bool first, const float* bias, const char* prefetch = nullptr, int64_t prefetch_lines = 0) {
+                 bool first, const float* bias, const char* prefetch = nullptr, int64_t prefetch_lines = 0) {
   constexpr int64_t kBlockBytes = row_bytes<T>(kQBlock);
   const int64_t blocks = std::max<int64_t>(1, kc / kQBlock);
   const int64_t pf_step = (prefetch_lines + blocks - 1) / blocks;
