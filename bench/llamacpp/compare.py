@@ -222,7 +222,10 @@ def cpu_model():
 
 
 def table(results, batched):
-    cols = [("pp512", "prompt 512 (tok/s)"), ("pp4096", "prompt 4096 (tok/s)"), ("tg128", "decode, 1 sequence (tok/s)")]
+    # Decode columns at the context of a 512-token prompt on both sides (llama-batched-bench's
+    # parallel sequences); llama-bench's tg128 starts from an empty context, so it is not one.
+    cols = [("pp512", "prompt 512 (tok/s)"), ("pp4096", "prompt 4096 (tok/s)")]
+    cols += [("b1_tg", "decode, 1 sequence (tok/s)")] if batched else [("tg128", "decode, 1 sequence (tok/s)")]
     if batched:
         cols += [("b8_tg", "decode, 8 sequences (tok/s)"), ("b32_tg", "decode, 32 sequences (tok/s)")]
     head = "| weights | " + " | ".join(f"{t}: llama.cpp / ours / ratio" for _, t in cols) + " |"
@@ -249,7 +252,14 @@ def main():
     ap.add_argument("--no-batched", action="store_true", help="skip the 8 and 32 parallel sequences runs")
     ap.add_argument("--out", default=os.path.join(ROOT, "build", "llamacpp", "compare"))
     ap.add_argument("--astrai", default=os.path.join(ROOT, "build", "release", "src", "astrai"))
+    ap.add_argument("--table", metavar="RESULTS_JSON", help="only print the table of an earlier run's results.json")
     a = ap.parse_args()
+    if a.table:
+        report = json.load(open(a.table))
+        batched = all("b8_tg" in r["llama.cpp"] for r in report["results"].values())
+        print(f"{report['cpu']}, {report['threads']} threads, {report['date']}\n")
+        print(table(report["results"], batched))
+        return
     formats = a.formats.split(",")
     for f in formats:
         if f not in OURS and f not in QUANT:
