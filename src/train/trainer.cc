@@ -606,7 +606,9 @@ TrainResult Run::go() {
              " updates of ", o_.batch_size * o_.grad_accum * comm_.size(), " ", source_->sample_noun(),
              comm_.size() > 1 ? str_cat(" (", o_.batch_size * o_.grad_accum, " on each of ", comm_.size(), " ranks)") : "");
   if (primary()) {
-    const auto mib = [](double bytes) { return str_cat(fixed(Json(bytes / (1024.0 * 1024.0)), 2), " MiB"); };
+    const auto mib = [](double bytes) {
+      return str_cat(fixed(Json(bytes / (1024.0 * 1024.0)), 2), " MiB (", static_cast<int64_t>(bytes), " bytes)");
+    };
     if (sharded()) {
       std::string per_rank;
       for (int r = 0; r < comm_.size(); ++r)
