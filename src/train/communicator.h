@@ -1,5 +1,7 @@
 // Data-parallel communication for the trainer: sums gradients and scalars across the ranks of
-// `mpirun -np N astrai train` between accumulation and the optimizer step.
+// `mpirun -np N astrai train` between accumulation and the optimizer step (blocking, or started
+// during the backward and waited for after it), and with --shard-optimizer (ZeRO-1) all-gathers
+// the ranks' updated slices of the weights and gathers the optimizer state for checkpoints.
 //
 // make_communicator() picks the implementation: LocalCommunicator (the identity) for a plain
 // process, and the MPI communicator (communicator.cc) when a launcher started more than one

@@ -9,7 +9,7 @@ astrai train` (the tiny seq run of cli_checks.py): every comparison below is bit
    --deterministic-allreduce and --grad-accum 2: sharded, overlapped == unsharded, not;
 3. a 2-rank sharded checkpoint resumed by 4 unsharded ranks continues the 2-rank run (within
    1e-6: another rank count sums in another order), and by 1 process with --shard-optimizer
-   (a no-op there) too;
+   (a no-op there) too; an unsharded 2-rank checkpoint resumed by 4 sharded ranks too;
 4. LoRA (--lora-rank 4 on the trained tiny model): 2 ranks sharded == unsharded, overlapped or
    not; 4 ranks sharded == unsharded;
 5. one process: --shard-optimizer changes nothing.
@@ -125,16 +125,18 @@ def four_ranks(tmp, data, cfg):
 
 
 def resume(tmp, data, cfg, base2, shard2):
-    for ranks, extra in ((4, ()), (1, ("--shard-optimizer",))):
-        out = os.path.join(tmp, f"resume_np{ranks}")
-        shutil.copytree(shard2, out)
+    for src, ranks, extra in ((shard2, 4, ()), (shard2, 1, ("--shard-optimizer",)),
+                              (base2, 4, ("--shard-optimizer",))):
+        kind = "sharded" if src == shard2 else "unsharded"
+        out = os.path.join(tmp, f"resume_{kind}_np{ranks}")
+        shutil.copytree(src, out)
         for d in ("step-00000020", "step-00000030"):  # lose the tail
             shutil.rmtree(os.path.join(out, "checkpoints", d))
         for f in ("model.safetensors", "config.json"):
             os.remove(os.path.join(out, f))
         train(ranks, data, cfg, out, "--resume", *extra)
         if os.path.exists(os.path.join(out, "model.safetensors")):
-            close(out, base2, f"a 2-rank sharded checkpoint at step 10 resumed by {ranks} rank(s) {' '.join(extra)} "
+            close(out, base2, f"a 2-rank {kind} checkpoint at step 10 resumed by {ranks} rank(s) {' '.join(extra)} "
                   "vs the 2-rank run")
 
 
