@@ -140,6 +140,12 @@ void setup_train(CLI::App& app) {
   cmd->add_flag("--deterministic-allreduce", opts->deterministic_allreduce,
                 "data parallel (mpirun -np N): sum gradients in rank order (gather to rank 0, sum, broadcast) "
                 "instead of the MPI library's reduction, so that reruns with the same N give the same bits");
+  cmd->add_flag("--shard-optimizer", opts->shard_optimizer,
+                "data parallel: ZeRO-1, each rank keeps the AdamW moments of 1/N of the parameters, updates that "
+                "slice and the ranks all-gather the weights (the same bits as without; no effect in one process)");
+  cmd->add_flag("!--no-overlap-allreduce", opts->overlap_allreduce,
+                "data parallel: sum the gradients after the backward instead of layer by layer during the last "
+                "micro-batch's backward (the same bits)");
   cmd->add_option("--collective-timeout", opts->collective_timeout,
                   "data parallel: seconds a rank waits in a collective (for a rank that died or stalls; also "
                   "covers rank 0 writing a checkpoint) before the job is aborted; 0 = wait forever")

@@ -1,5 +1,7 @@
 // Data-parallel communication for the trainer: sums gradients and scalars across the ranks of
-// `mpirun -np N astrai train` between accumulation and the optimizer step.
+// `mpirun -np N astrai train` between accumulation and the optimizer step (blocking, or started
+// during the backward and waited for after it), and with --shard-optimizer (ZeRO-1) all-gathers
+// the ranks' updated slices of the weights and gathers the optimizer state for checkpoints.
 //
 // make_communicator() picks the implementation: LocalCommunicator (the identity) for a plain
 // process, and the MPI communicator (communicator.cc) when a launcher started more than one
@@ -18,6 +20,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace astrai::train {
 
@@ -30,6 +33,23 @@ class Communicator {
   virtual int local_size() const { return 1; }
   virtual void all_reduce_sum(float* data, size_t n) = 0;
   virtual void all_reduce_sum(double* data, size_t n) = 0;
+
+  // Non-blocking sums (the gradient all-reduce overlapped with the backward): start_ starts
+  // the sum of data[0, n) across ranks (data must not be touched until finish), progress()
+  // lets the started ones advance (MPI moves a non-blocking collective only inside MPI calls),
+  // finish_all_reduces() waits for every started one (against --collective-timeout). Every
+  // rank starts the same sums in the same order. The bits equal all_reduce_sum's of the same
+  // (data, n): the same calls per 4 Mi-element chunk, only started earlier.
+  virtual void start_all_reduce_sum(float* data, size_t n) { all_reduce_sum(data, n); }
+  virtual void progress() {}
+  virtual void finish_all_reduces() {}
+
+  // ZeRO-1 (train/shards.h), with bounds[r] .. bounds[r + 1] the floats rank r owns (ranks + 1
+  // offsets): all_gather gives every rank every rank's slice of data (in place, exact copies);
+  // gather_to_root copies each rank's slice (`mine`: bounds[r + 1] - bounds[r] floats) into
+  // out[bounds[r] ..] on rank 0 (out: bounds.back() floats there; ignored on other ranks).
+  virtual void all_gather(float* data, const std::vector<size_t>& bounds) = 0;
+  virtual void gather_to_root(const float* mine, float* out, const std::vector<size_t>& bounds) = 0;
   // Ends every rank after an error on this one (MPI_Abort) with `what` on stderr; returns
   // (and the caller rethrows) when there is nobody else to stop.
   virtual void abort_all(const std::string& /*what*/) {}
@@ -49,6 +69,8 @@ class LocalCommunicator final : public Communicator {
   int size() const override { return 1; }
   void all_reduce_sum(float*, size_t) override {}
   void all_reduce_sum(double*, size_t) override {}
+  void all_gather(float*, const std::vector<size_t>&) override {}
+  void gather_to_root(const float* mine, float* out, const std::vector<size_t>& bounds) override;
 };
 
 struct CommunicatorOptions {

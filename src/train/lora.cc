@@ -123,9 +123,10 @@ std::vector<model::LayerLora> LoraAdapters::layer_adapters() const {
 
 void LoraAdapters::zero_grads() { std::memset(grads_.data(), 0, grads_.size() * sizeof(float)); }
 
-void LoraAdapters::finish_grads() {
+void LoraAdapters::finish_grads(int64_t layer) {
   const float s = static_cast<float>(scale());
   for (const Target& g : targets_) {
+    if (layer >= 0 && g.layer != layer) continue;
     float* db = grads_.data() + g.b_offset;
     for (int64_t i = 0; i < g.out * options_.rank; ++i) db[i] *= s;
   }

@@ -45,8 +45,9 @@ class LoraAdapters {
   // The per-layer adapters to give TrainModel::set_adapters.
   std::vector<model::LayerLora> layer_adapters() const;
   void zero_grads();
-  // After the backward of every micro-batch: dL/dB = s·dL/dB̃ in grads().
-  void finish_grads();
+  // After the backward of every micro-batch: dL/dB = s·dL/dB̃ in grads() (of layer `layer`'s
+  // adapters only when >= 0: the overlapped all-reduce finishes a layer at a time).
+  void finish_grads(int64_t layer = -1);
   // After params() changed (an update, a load): B̃ = s·B, and the merged weights if any.
   void refresh();
 

@@ -338,14 +338,17 @@ void TrainModel::backward(const TrainBatch& batch, float* dlogits) {
   const model::LayerInput in = layer_input(batch);
   ops_.linear_backward(dlogits, xf_, T, view_.lm_head, grad_scratch_.d_xn, false, g_.lm_head, nullptr);
   ops_.rmsnorm_backward(grad_scratch_.d_xn, x_final_, view_.norm.f32(), rstd_f_, T, D, d_res_, false, g_.norm);
+  if (grad_hook_) grad_hook_(layers);
   for (int64_t l = layers - 1; l >= 0; --l) {
     const model::LayerView& w = view_.layers[static_cast<size_t>(l)];
     model::LayerActs& A = acts_of(l);
     const model::LayerLora* lora = lora_of(l);
     if (recompute_) model::layer_forward(ops_, cfg_, w, in, A, clock, lora);
     model::layer_backward(ops_, cfg_, w, g_.layers[static_cast<size_t>(l)], in, A, grad_scratch_, d_res_, lora);
+    if (grad_hook_) grad_hook_(l);
   }
   if (g_.embed_tokens != nullptr) ops_.embedding_backward(d_res_, batch.tokens.data(), T, D, g_.embed_tokens);
+  if (grad_hook_) grad_hook_(-1);
 }
 
 std::unique_ptr<TrainModel> make_reference(const TrainModel& policy) {

@@ -14,6 +14,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -88,6 +89,11 @@ class TrainModel {
   // Accumulates d(loss)/d(params) into grads() (and the adapters' gradients) given dlogits
   // (may be the logits buffer).
   void backward(const TrainBatch& batch, float* dlogits);
+  // Called by backward() as soon as a group of gradients is complete (the trainer starts their
+  // all-reduce while the backward goes on): num_hidden_layers after the LM head and the final
+  // norm, l after layer l (its parameters and adapters), -1 after the embedding (last; with
+  // tied embeddings the LM head's gradient is the embedding's). Empty: none.
+  void set_grad_hook(std::function<void(int64_t)> hook) { grad_hook_ = std::move(hook); }
   void zero_grads();
 
  private:
@@ -133,6 +139,7 @@ class TrainModel {
   std::vector<float> lora_dropout_;  // each adapter's dropout (in lora_ order: 7 per layer)
   uint64_t dropout_seed_ = 0;
   bool training_ = true;
+  std::function<void(int64_t)> grad_hook_;
 };
 
 // A reference policy (DPO, GRPO) for `policy`: a frozen copy of its weights, or, when the

@@ -1,18 +1,29 @@
 #include "train/optimizer.h"
 
+#include <algorithm>
 #include <cmath>
+
+#include "base/error.h"
 
 namespace astrai::train {
 
 AdamW::AdamW(const ParamLayout& layout, AdamWConfig config) : AdamW(layout.specs(), layout.total(), config) {}
 
 AdamW::AdamW(const std::vector<ParamSpec>& specs, size_t total, AdamWConfig config)
-    : config_(config), m_(total), v_(total) {
+    : AdamW(specs, total, 0, total, config) {}
+
+AdamW::AdamW(const std::vector<ParamSpec>& specs, size_t total, size_t shard_begin, size_t shard_end,
+             AdamWConfig config)
+    : config_(config), shard_begin_(shard_begin), shard_end_(shard_end), m_(shard_end - shard_begin),
+      v_(shard_end - shard_begin) {
+  ASTRAI_CHECK(shard_begin <= shard_end && shard_end <= total, "AdamW: shard [", shard_begin, ", ", shard_end,
+               ") outside the buffer of ", total, " floats");
   for (const auto& s : specs) {
     bool decay = s.kind == model::ParamKind::kMatrix;
     if (s.kind == model::ParamKind::kEmbedding) decay = config.decay_embeddings;
     else if (!decay) decay = config.decay_norms_and_biases;
-    ranges_.push_back({s.offset, s.offset + s.numel, decay});
+    const size_t b = std::max(s.offset, shard_begin), e = std::min(s.offset + s.numel, shard_end);
+    if (b < e) ranges_.push_back({b, e, decay});
   }
 }
 
@@ -23,18 +34,20 @@ void AdamW::step(float* params, const float* grads, float lr) {
   const double bc2 = 1.0 - std::pow(static_cast<double>(b2), static_cast<double>(step_));
   const float step_size = static_cast<float>(lr / bc1);
   const float bc2_sqrt = static_cast<float>(std::sqrt(bc2));
-  float* m = m_.data();
+  float* m = m_.data();  // m[i - shard_begin_]: the moment of params[i]
   float* v = v_.data();
+  const size_t sb = shard_begin_;
   for (const Range& r : ranges_) {
     const float decay = r.decay ? 1.0f - lr * config_.weight_decay : 1.0f;
 #pragma omp parallel for simd schedule(static)
     for (size_t i = r.begin; i < r.end; ++i) {
       const float g = grads[i];
       params[i] *= decay;
-      m[i] = b1 * m[i] + (1.0f - b1) * g;
-      v[i] = b2 * v[i] + (1.0f - b2) * g * g;
-      const float denom = std::sqrt(v[i]) / bc2_sqrt + eps;
-      params[i] -= step_size * (m[i] / denom);
+      const size_t j = i - sb;
+      m[j] = b1 * m[j] + (1.0f - b1) * g;
+      v[j] = b2 * v[j] + (1.0f - b2) * g * g;
+      const float denom = std::sqrt(v[j]) / bc2_sqrt + eps;
+      params[i] -= step_size * (m[j] / denom);
     }
   }
 }

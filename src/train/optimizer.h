@@ -25,8 +25,17 @@ class AdamW {
   AdamW(const ParamLayout& layout, AdamWConfig config);
   // Over any parameters laid out by `specs` in a buffer of `total` floats (LoRA factors).
   AdamW(const std::vector<ParamSpec>& specs, size_t total, AdamWConfig config);
-  // One update with learning rate lr; increments step().
+  // ZeRO-1: moments (and updates) for the floats [shard_begin, shard_end) of that buffer only
+  // (train/shards.h); m() and v() then hold shard_end - shard_begin floats, m()[0] being the
+  // moment of float shard_begin.
+  AdamW(const std::vector<ParamSpec>& specs, size_t total, size_t shard_begin, size_t shard_end, AdamWConfig config);
+  // One update with learning rate lr of the owned floats of params (whole buffers, indexed
+  // like the layout); increments step().
   void step(float* params, const float* grads, float lr);
+  size_t shard_begin() const { return shard_begin_; }
+  size_t shard_end() const { return shard_end_; }
+  // Bytes of the moments this optimizer holds (m and v).
+  int64_t state_bytes() const { return static_cast<int64_t>((m_.size() + v_.size()) * sizeof(float)); }
   int64_t step_count() const { return step_; }
   const AdamWConfig& config() const { return config_; }
   // Moments for checkpoints.
@@ -40,7 +49,8 @@ class AdamW {
     bool decay;
   };
   AdamWConfig config_;
-  std::vector<Range> ranges_;
+  size_t shard_begin_ = 0, shard_end_ = 0;
+  std::vector<Range> ranges_;  // the parameters' ranges clipped to the shard
   FloatBuffer m_, v_;
   int64_t step_ = 0;
 };

@@ -31,6 +31,7 @@
 #include "train/optimizer.h"
 #include "train/safetensors_io.h"
 #include "train/schedule.h"
+#include "train/shards.h"
 #include "train/strategy.h"
 
 namespace astrai::train {
@@ -137,6 +138,39 @@ Json options_fingerprint(const TrainOptions& o, int world_size) {
   return j;
 }
 
+// The layer a parameter belongs to ("...layers.12.self_attn..." -> 12), or -1 for none.
+int64_t layer_of(const std::string& name) {
+  const size_t p = name.find("layers.");
+  if (p == std::string::npos) return -1;
+  size_t i = p + 7, j = i;
+  while (j < name.size() && name[j] >= '0' && name[j] <= '9') ++j;
+  if (j == i || j >= name.size() || name[j] != '.') return -1;
+  return std::stoll(name.substr(i, j - i));
+}
+
+// A bucket of the gradient all-reduce: floats [begin, end) of the buffer, complete when the
+// backward reports `event` (TrainModel::set_grad_hook: a layer, `layers` for the LM head and
+// final norm, -1 for the embedding). The buckets tile the buffer.
+struct Bucket {
+  size_t begin, end;
+  int64_t event;
+};
+
+std::vector<Bucket> grad_buckets(const std::vector<ParamSpec>& specs, size_t total, int64_t layers) {
+  std::vector<Bucket> out;
+  bool seen_layer = false;
+  for (const ParamSpec& s : specs) {
+    int64_t e = layer_of(s.name);
+    if (e >= 0) seen_layer = true;
+    else e = seen_layer ? layers : -1;  // before the layers: the embedding; after: head and final norm
+    if (out.empty() || out.back().event != e) {
+      if (!out.empty()) out.back().end = s.offset;
+      out.push_back({out.empty() ? 0 : s.offset, total, e});
+    }
+  }
+  return out;
+}
+
 class Run {
  public:
   Run(const TrainOptions& o, Communicator& comm) : o_(o), comm_(comm) {}
@@ -152,6 +186,15 @@ class Run {
     return std::min<int64_t>(static_cast<int64_t>(val_pool_.size()), o_.val_batches * o_.batch_size * comm_.size());
   }
   bool primary() const { return comm_.rank() == 0; }  // the rank that writes
+  // ZeRO-1 in effect (--shard-optimizer with more than one rank), and this rank's shard index
+  // in shards_ (0: the one shard of an unsharded run).
+  bool sharded() const { return o_.shard_optimizer && comm_.size() > 1; }
+  int shard() const { return sharded() ? comm_.rank() : 0; }
+  // The update's micro-batches (forward, loss, backward) and the gradient all-reduce, per
+  // bucket, started during the last backward (--no-overlap-allreduce: after it); returns when
+  // every bucket is summed, with the seconds spent waiting for that after the backward.
+  void run_micro_batches(std::vector<TrainBatch>& batches, const std::vector<double>& units, double* loss,
+                         int64_t* tokens, MicroStats* stats, double* exposed_s);
   // Data parallel: per micro-batch, the loss units of all ranks (Strategy::count_units).
   std::vector<double> global_units(const std::vector<TrainBatch>& batches);
   // Sums s and `extra` over the ranks in one all-reduce.
@@ -171,6 +214,8 @@ class Run {
   model::ModelConfig config_;
   std::unique_ptr<TrainModel> model_;
   std::unique_ptr<AdamW> adam_;          // over the model's parameters, or the LoRA factors
+  std::unique_ptr<ShardPlan> shards_;    // over the same buffer: comm_.size() shards with --shard-optimizer, else 1
+  std::vector<Bucket> buckets_;          // of the gradient all-reduce
   std::unique_ptr<LoraAdapters> lora_;   // --lora-rank > 0
   std::unique_ptr<Strategy> strategy_;
   std::vector<Strategy::Metric> metrics_;  // strategy_->metrics()
@@ -222,10 +267,12 @@ void Run::setup_model() {
     lora_ = std::make_unique<LoraAdapters>(*model_, o_.lora, o_.seed);
     lora_->refresh();  // B = 0: the base model's forward, bit for bit
     model_->set_adapters(lora_->layer_adapters(), o_.lora.rank);
-    adam_ = std::make_unique<AdamW>(lora_->specs(), lora_->num_params(), ac);
-  } else {
-    adam_ = std::make_unique<AdamW>(model_->layout(), ac);
   }
+  const std::vector<ParamSpec>& specs = lora ? lora_->specs() : model_->layout().specs();
+  const size_t total = lora ? lora_->num_params() : model_->layout().total();
+  shards_ = std::make_unique<ShardPlan>(specs, total, sharded() ? comm_.size() : 1);
+  adam_ = std::make_unique<AdamW>(specs, total, shards_->begin(shard()), shards_->end(shard()), ac);
+  buckets_ = grad_buckets(specs, total, config_.num_hidden_layers);
   StrategyOptions so;
   so.train_type = o_.train_type;
   so.label_smoothing = static_cast<float>(o_.label_smoothing);
@@ -374,7 +421,17 @@ void Run::save_weights(const std::string& dir) const {
 void Run::save_checkpoint(int64_t step) {
   const fs::path root = fs::path(o_.output_dir) / "checkpoints";
   const fs::path final_dir = root / step_dir_name(step);
-  if (!primary()) {  // every rank holds the same weights and state; rank 0 writes them
+  // ZeRO-1: rank 0 gathers the moments into whole-buffer ones (the unsharded format, so any
+  // number of ranks, sharded or not, resumes from it).
+  FloatBuffer full_m, full_v;
+  if (sharded()) {
+    if (primary()) full_m = FloatBuffer(shards_->total()), full_v = FloatBuffer(shards_->total());
+    comm_.gather_to_root(adam_->m().data(), full_m.data(), shards_->bounds());
+    comm_.gather_to_root(adam_->v().data(), full_v.data(), shards_->bounds());
+  }
+  const FloatBuffer& m = sharded() ? full_m : adam_->m();
+  const FloatBuffer& v = sharded() ? full_v : adam_->v();
+  if (!primary()) {  // every rank holds the same weights; rank 0 writes them and the state
     last_ckpt_ = final_dir.string();
     return;
   }
@@ -385,8 +442,8 @@ void Run::save_checkpoint(int64_t step) {
   fs::create_directories(tmp);
   save_weights(tmp.string());
   write_safetensors_f32((tmp / "optimizer.safetensors").string(),
-                        {{"adamw.m", {static_cast<int64_t>(adam_->m().size())}, adam_->m().data()},
-                         {"adamw.v", {static_cast<int64_t>(adam_->v().size())}, adam_->v().data()}});
+                        {{"adamw.m", {static_cast<int64_t>(m.size())}, m.data()},
+                         {"adamw.v", {static_cast<int64_t>(v.size())}, v.data()}});
   Json state;
   state["step"] = step;
   state["adamw_step"] = adam_->step_count();
@@ -422,15 +479,72 @@ void Run::load_checkpoint(const std::string& dir) {
   for (auto [name, buf] : {std::pair{"adamw.m", &adam_->m()}, std::pair{"adamw.v", &adam_->v()}}) {
     auto it = opt.find(name);
     ASTRAI_CHECK(it != opt.end() && it->second.dtype() == DType::kF32 &&
-                     static_cast<size_t>(it->second.numel()) == buf->size(),
+                     static_cast<size_t>(it->second.numel()) == shards_->total(),
                  dir, "/optimizer.safetensors: missing or mis-sized ", name);
-    std::memcpy(buf->data(), it->second.raw(), buf->size() * sizeof(float));
+    // Whole-buffer moments; a sharded rank takes its slice.
+    std::memcpy(buf->data(), static_cast<const float*>(it->second.raw()) + adam_->shard_begin(),
+                buf->size() * sizeof(float));
   }
   adam_->set_step_count(state.at("adamw_step").get<int64_t>());
   sampler_->load_json(state.at("sampler"));
   step_ = state.at("step").get<int64_t>();
   source_->after_update(step_);  // the weights are at version step_
   last_ckpt_ = dir;
+}
+
+void Run::run_micro_batches(std::vector<TrainBatch>& batches, const std::vector<double>& units, double* loss,
+                            int64_t* tokens, MicroStats* stats, double* exposed_s) {
+  FloatBuffer& grads = lora_ ? lora_->grads() : model_->grads();
+  const bool overlap = o_.overlap_allreduce && comm_.size() > 1;
+  std::vector<char> started(buckets_.size(), 0);
+  // Starts the sums of the buckets complete at `event` (every rank: the same order). LoRA's
+  // dL/dB = s·dL/dB̃ is formed per layer first (finish_grads).
+  auto start = [&](int64_t event) {
+    bool finished_lora = false;
+    for (size_t b = 0; b < buckets_.size(); ++b) {
+      if (started[b] || buckets_[b].event != event) continue;
+      if (lora_ && !finished_lora) lora_->finish_grads(event), finished_lora = true;
+      comm_.start_all_reduce_sum(grads.data() + buckets_[b].begin, buckets_[b].end - buckets_[b].begin);
+      started[b] = 1;
+    }
+    comm_.progress();
+  };
+  for (int64_t m = 0; m < o_.grad_accum; ++m) {
+    TrainBatch& batch = batches[static_cast<size_t>(m)];
+    model_->set_dropout_seed(dropout_seed(o_.seed, step_, m));
+    // This rank's share of the micro-batch's units: the summed gradients are those of the
+    // mean over all ranks' units (1 with one rank: the scale stays 1 / grad_accum).
+    const double all = units[static_cast<size_t>(m)];
+    const double share = all > 0 ? static_cast<double>(strategy_->count_units(batch)) / all : 0.0;
+    // The last micro-batch completes the gradients layer by layer.
+    if (overlap && m + 1 == o_.grad_accum) model_->set_grad_hook(start);
+    MicroStats s;
+    try {
+      s = strategy_->run(*model_, batch, static_cast<float>(share / static_cast<double>(o_.grad_accum)));
+    } catch (...) {
+      model_->set_grad_hook(nullptr);
+      throw;
+    }
+    model_->set_grad_hook(nullptr);
+    if (all > 0) *loss += s.loss_sum / all / static_cast<double>(o_.grad_accum);
+    *tokens += batch.num_tokens();
+    stats->add(s);
+  }
+  if (overlap) {
+    // The buckets no backward reported (a rank whose last micro-batch has no targets runs no
+    // backward: SFT) start now, in the backward's order, so every rank starts the same sums
+    // in the same order.
+    for (int64_t e = config_.num_hidden_layers; e >= -1; --e) start(e);
+    Timer wait;
+    comm_.finish_all_reduces();
+    *exposed_s = wait.seconds();
+    return;
+  }
+  if (lora_) lora_->finish_grads();
+  Timer wait;
+  if (comm_.size() > 1)  // the same buckets as overlapped: the same bits
+    for (const Bucket& b : buckets_) comm_.all_reduce_sum(grads.data() + b.begin, b.end - b.begin);
+  *exposed_s = wait.seconds();
 }
 
 void Run::write_metrics_line(const Json& j) {
@@ -493,6 +607,26 @@ TrainResult Run::go() {
     log_info("training ", model_->num_params(), " parameters (", config_.summary(), ") for ", total_steps_,
              " updates of ", o_.batch_size * o_.grad_accum * comm_.size(), " ", source_->sample_noun(),
              comm_.size() > 1 ? str_cat(" (", o_.batch_size * o_.grad_accum, " on each of ", comm_.size(), " ranks)") : "");
+  if (primary()) {
+    const auto mib = [](double bytes) {
+      return str_cat(fixed(Json(bytes / (1024.0 * 1024.0)), 2), " MiB (", static_cast<int64_t>(bytes), " bytes)");
+    };
+    if (sharded()) {
+      std::string per_rank;
+      for (int r = 0; r < comm_.size(); ++r)
+        per_rank += str_cat(r == 0 ? "" : ", ", mib(2.0 * sizeof(float) * static_cast<double>(shards_->size(r))));
+      log_info("optimizer state (AdamW m, v) sharded over ", comm_.size(), " ranks (--shard-optimizer): ", per_rank,
+               " per rank, of ", mib(2.0 * sizeof(float) * static_cast<double>(shards_->total())));
+    } else {
+      log_info("optimizer state (AdamW m, v): ", mib(static_cast<double>(adam_->state_bytes())),
+               comm_.size() > 1 ? " on every rank" : "",
+               o_.shard_optimizer ? " (--shard-optimizer has no effect in a single process)" : "");
+    }
+    if (comm_.size() > 1)
+      log_info("gradient all-reduce: ", buckets_.size(), " buckets, ",
+               o_.overlap_allreduce ? "overlapped with the last micro-batch's backward" : "after the backward",
+               o_.deterministic_allreduce ? ", summed in rank order" : "");
+  }
 
   SignalGuard signals;
   TrainResult result;
@@ -515,42 +649,42 @@ TrainResult Run::go() {
       for (TrainBatch& batch : batches) source_->fill(sampler_->next_batch(o_.batch_size), &batch);
       units = global_units(batches);
     }
-    for (int64_t m = 0; m < o_.grad_accum; ++m) {
-      TrainBatch& batch = batches[static_cast<size_t>(m)];
-      model_->set_dropout_seed(dropout_seed(o_.seed, step_, m));
-      // This rank's share of the micro-batch's units: the summed gradients are those of the
-      // mean over all ranks' units (1 with one rank: the scale stays 1 / grad_accum).
-      const double all = units[static_cast<size_t>(m)];
-      const double share = all > 0 ? static_cast<double>(strategy_->count_units(batch)) / all : 0.0;
-      const MicroStats s = strategy_->run(*model_, batch, static_cast<float>(share / static_cast<double>(o_.grad_accum)));
-      if (all > 0) loss += s.loss_sum / all / static_cast<double>(o_.grad_accum);
-      tokens += batch.num_tokens();
-      step_stats.add(s);
-    }
-    if (lora_) lora_->finish_grads();
+    double exposed_s = 0.0;  // waiting for the gradient sums after the backward
+    run_micro_batches(batches, units, &loss, &tokens, &step_stats, &exposed_s);
     FloatBuffer& params = lora_ ? lora_->params() : model_->params();
     FloatBuffer& grads = lora_ ? lora_->grads() : model_->grads();
-    comm_.all_reduce_sum(grads.data(), grads.size());
     std::vector<double> sums{loss, static_cast<double>(tokens)};
     all_reduce_stats(&step_stats, &sums);
     loss = sums[0];
     tokens = static_cast<int64_t>(sums[1]);
-    const double norm = clip_grad_norm(grads.data(), grads.size(), o_.max_grad_norm);
+    // The global norm: a squared sum per block, in block order (shards.h). Sharded, each rank
+    // computes its own blocks and the others' arrive by a sum with zeros (exact): the same
+    // partials, so the same norm, as when one rank computes them all.
+    const int me = shard();
+    std::vector<double> partials(shards_->blocks().size(), 0.0);
+    block_sq_norms(grads.data(), shards_->blocks(), shards_->first_block(me), shards_->first_block(me + 1),
+                   partials.data());
+    if (sharded()) comm_.all_reduce_sum(partials.data(), partials.size());
+    const double norm = grad_norm_from_blocks(partials);
     if (!std::isfinite(loss) || !std::isfinite(norm)) {
       fail("loss became ", loss, " (gradient norm ", norm, ") at update ", step_ + 1,
            "; training stopped without applying it. The last good checkpoint is ",
            last_ckpt_.empty() ? std::string("(none yet)") : last_ckpt_,
            ". Try a lower --max-lr, more --warmup-steps or --max-grad-norm.");
     }
+    scale_grads(grads.data(), shards_->begin(me), shards_->end(me), clip_coefficient(norm, o_.max_grad_norm));
     const double lr = learning_rate(sched_, step_);
-    adam_->step(params.data(), grads.data(), static_cast<float>(lr));
+    adam_->step(params.data(), grads.data(), static_cast<float>(lr));  // this rank's slice when sharded
+    if (sharded()) comm_.all_gather(params.data(), shards_->bounds());
     if (lora_) lora_->refresh();
     const double dt = step_timer.seconds();
     Json rec{{"step", step_ + 1}, {"loss", loss}, {"lr", lr}, {"grad_norm", norm},
              {"tokens_per_s", dt > 0 ? static_cast<double>(tokens) / dt : 0.0}, {"step_seconds", dt}};
     if (comm_.size() > 1) {  // rank 0's time in this update's collectives, and the bytes it sent into them
       rec["comm_seconds"] = comm_.seconds() - comm_s0;
+      rec["comm_exposed_seconds"] = exposed_s;
       rec["comm_bytes"] = comm_.bytes() - comm_b0;
+      rec["optimizer_state_bytes"] = adam_->state_bytes();
     }
     add_metrics(step_stats, "", &rec);
     source_->add_metrics(&rec);

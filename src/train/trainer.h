@@ -9,12 +9,19 @@
 // Data parallel (`mpirun -np N`, communicator.h): rank r trains on its share of each global
 // batch (data::Sampler's rank sharding), gradients are weighted by each rank's share of the
 // update's loss units and summed across ranks before clipping, so every rank applies the same
-// update and N ranks of --batch-size b follow 1 rank of batch N·b. Only rank 0 writes (metrics,
+// update and N ranks of --batch-size b follow 1 rank of batch N·b. The sum runs per bucket (a
+// layer's gradients), started during the last micro-batch's backward as each layer finishes
+// (--no-overlap-allreduce: after it, the same buckets, so the same bits). With
+// --shard-optimizer (ZeRO-1, train/shards.h) rank r keeps AdamW's moments only for its slice,
+// clips and updates only that slice, and the ranks all-gather the weights: the same bits as
+// without it. Only rank 0 writes (metrics,
 // checkpoints, output, progress); a stop signal on any rank stops all after the same update.
 //
 // Output directory:
 //   metrics.jsonl                    one record per update: step, loss, lr, grad_norm,
 //                                    tokens_per_s, the strategy's metrics (dpo: rewards_*)
+//                                    (under mpirun: comm_seconds, comm_exposed_seconds,
+//                                    comm_bytes, optimizer_state_bytes)
 //                                    (+ val_loss and val_<metric> when validated; grpo:
 //                                    val_reward_mean); --val-at-start adds a step-0 record
 //                                    with only the validation fields
@@ -82,6 +89,11 @@ struct TrainOptions {
   // Data parallel (mpirun -np N; communicator.h): --batch-size is per rank.
   bool deterministic_allreduce = false;  // rank-ordered sums: reruns give the same bits
   double collective_timeout = 600.0;     // seconds a collective may wait; <= 0: forever
+  // ZeRO-1 (train/shards.h): each rank holds AdamW's moments of its slice of the parameters,
+  // updates only that slice and the ranks all-gather the weights. One process: no effect.
+  bool shard_optimizer = false;
+  // The gradient all-reduce started layer by layer during the last micro-batch's backward.
+  bool overlap_allreduce = true;
 };
 
 struct TrainResult {
