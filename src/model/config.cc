@@ -9,6 +9,15 @@ namespace astrai::model {
 
 namespace {
 
+// The block dtype a weight format names; kF32 for "" and for names we do not know.
+DType weight_format_dtype_or_f32(const std::string& format) {
+  return format == "q8_0" ? DType::kQ8_0 : format == "q4_0" ? DType::kQ4_0 : DType::kF32;
+}
+
+}  // namespace
+
+namespace {
+
 constexpr const char* kSupportedTypes = "llama, mistral, qwen2, qwen3, autoregressive_lm (alias transformer)";
 
 // Reads an integer field that may be spelled two ways (Hugging Face name first, the
@@ -129,7 +138,7 @@ ModelConfig ModelConfig::from_json(const Json& j, const std::string& where) {
     const Json& q = j["quantization_config"];
     const std::string method = q.is_object() ? json_optional<std::string>(q, "quant_method", "", where) : "";
     c.weight_format = method == "astrai" ? json_optional<std::string>(q, "format", "", where) : "";
-    if (method != "astrai" || (c.weight_format != "q8_0" && c.weight_format != "q4_0"))
+    if (method != "astrai" || c.weight_format.empty() || !is_block_type(weight_format_dtype_or_f32(c.weight_format)))
       fail(where, ": unsupported quantization_config ", q.dump(),
            " (supported: {\"quant_method\": \"astrai\", \"format\": \"q8_0\" or \"q4_0\"}, written by astrai quantize)");
   }
@@ -263,6 +272,12 @@ void ModelConfig::validate(const std::string& where) const {
 ModelConfig ModelConfig::load(const std::string& dir) {
   const std::string path = dir + "/config.json";
   return from_json(read_json_file(path), path);
+}
+
+DType ModelConfig::weight_format_dtype(const std::string& format) {
+  const DType t = weight_format_dtype_or_f32(format);
+  if (!format.empty() && t == DType::kF32) fail("unknown weight format \"", format, "\" (supported: q8_0, q4_0)");
+  return t;
 }
 
 Json ModelConfig::to_json() const {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "base/json.h"
+#include "tensor/dtype.h"
 #include "kernels/rope_pairing.h"
 
 namespace astrai::model {
@@ -62,6 +63,10 @@ struct ModelConfig {
   // "astrai", "format": "q8_0" | "q4_0"}): the matrices are stored as Q8_0 or Q4_0 blocks
   // (docs/quantization.md); empty for float checkpoints.
   std::string weight_format;
+  // The dtype of the matrices of a quantized checkpoint (kQ8_0, kQ4_0), kF32 for a float one.
+  DType weight_dtype() const { return weight_format_dtype(weight_format); }
+  // "q8_0" -> kQ8_0, "q4_0" -> kQ4_0, "" -> kF32; an error naming the supported formats otherwise.
+  static DType weight_format_dtype(const std::string& format);
 
   std::vector<int32_t> eos_token_ids;  // may be empty
   int32_t bos_token_id = -1;           // -1 when absent

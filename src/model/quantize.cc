@@ -9,8 +9,8 @@ namespace astrai::model {
 
 QuantizeReport save_quantized_checkpoint(const std::string& dir, ModelConfig config, const ModelWeights& weights,
                                          const std::string& format) {
-  ASTRAI_CHECK(format == "q8_0" || format == "q4_0", "unknown weight format \"", format, "\" (supported: q8_0, q4_0)");
-  const DType block = format == "q8_0" ? DType::kQ8_0 : DType::kQ4_0;
+  const DType block = ModelConfig::weight_format_dtype(format);
+  ASTRAI_CHECK(is_block_type(block), "quantize: give a weight format (supported: q8_0, q4_0)");
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) fail("cannot create directory ", dir, ": ", ec.message());

@@ -53,11 +53,6 @@ std::vector<ModelWeights::ConstParam> ModelWeights::params(const ModelConfig& co
 
 namespace {
 
-// The weight dtype of a quantized checkpoint's matrices (kU8 for float checkpoints).
-DType block_dtype(const ModelConfig& config) {
-  return config.weight_format == "q8_0" ? DType::kQ8_0 : config.weight_format == "q4_0" ? DType::kQ4_0 : DType::kU8;
-}
-
 // A Q8_0 / Q4_0 matrix as `astrai quantize` stores it: U8 [rows, cols / 32 * block bytes], each
 // row's blocks in order (docs/quantization.md); read in place as a tensor of the expected shape.
 Tensor block_matrix(const Tensor& t, DType dtype, const Shape& expected, const std::string& name,
@@ -85,13 +80,14 @@ ModelWeights ModelWeights::from_tensors(const ModelConfig& config, const TensorM
     }
     if (it == tensors.end()) fail(where, ": missing tensor \"", p.name, "\"");
     Tensor t = it->second;
-    const DType blocks = block_dtype(config);
-    if (t.dtype() == DType::kU8 && blocks != DType::kU8) t = block_matrix(t, blocks, p.shape, name, where);
+    const DType blocks = config.weight_dtype();  // kF32 for a float checkpoint
+    const bool quantized = is_block_type(blocks);
+    if (t.dtype() == DType::kU8 && quantized) t = block_matrix(t, blocks, p.shape, name, where);
     if (t.dtype() != DType::kF32 && t.dtype() != DType::kBF16 && t.dtype() != DType::kF16 && t.dtype() != blocks)
       fail(where, ": tensor \"", name, "\" has unsupported dtype ", dtype_name(t.dtype()), " (need F32, BF16 or F16",
-           blocks != DType::kU8 ? str_cat("; ", dtype_name(blocks), " matrices are U8 [rows, cols / 32 * ",
-                                          dtype_bytes(blocks, kQBlock), "]")
-                                : std::string(), ")");
+           quantized ? str_cat("; ", dtype_name(blocks), " matrices are U8 [rows, cols / 32 * ",
+                               dtype_bytes(blocks, kQBlock), "]")
+                     : std::string(), ")");
     if (t.shape() != p.shape)
       fail(where, ": tensor \"", name, "\" has shape ", shape_str(t.shape()), ", expected ", shape_str(p.shape));
     *p.tensor = t;

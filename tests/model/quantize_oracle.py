@@ -169,14 +169,11 @@ def test_errors(src, q, tmp):
     os.makedirs(bad)
     shutil.copy(os.path.join(q, "config.json"), bad)
     tensors = read_raw(os.path.join(q, "model.safetensors"))
-    entries = []
-    for k, (dt, shape, b) in tensors.items():
-        if dt == "U8" and not any(e[0] == "cut" for e in entries):
-            shape, b = [shape[0], shape[1] - 34], b[:shape[0] * (shape[1] - 34)]
-            entries.append(("cut", k))
-        entries.append((k, dt, shape, b))
-    cut = [e[1] for e in entries if e[0] == "cut"][0]
-    of.st.write_safetensors(os.path.join(bad, "model.safetensors"), [e for e in entries if e[0] != "cut"])
+    cut = next(k for k, (dt, _, _) in tensors.items() if dt == "U8")  # one block fewer per row
+    dt, shape, b = tensors[cut]
+    rows, cols = shape[0], shape[1] - 34
+    tensors[cut] = (dt, [rows, cols], b"".join(b[r * shape[1]:r * shape[1] + cols] for r in range(rows)))
+    of.st.write_safetensors(os.path.join(bad, "model.safetensors"), [(k,) + v for k, v in tensors.items()])
     r = of.run(["score", "--model", bad, "--ids", "1,2,3"], expect_ok=False)
     check(r.returncode != 0 and cut in r.stderr and "Q8_0" in r.stderr,
           "a Q8_0 matrix of the wrong byte shape is named: %s" % r.stderr.strip()[-200:])

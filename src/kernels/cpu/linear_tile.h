@@ -195,6 +195,15 @@ template <int MR, int NR, typename WTail>
   }
 }
 
+// Every accumulator of a tile to zero.
+template <int MR, int NR>
+[[gnu::always_inline]] inline void zero_tile(Vec16 (&acc)[MR][NR]) {
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 8
+    for (int c = 0; c < NR; ++c) acc[r][c] = vzero();
+}
+
 // y[r, c] for r < MR, c < nr: each accumulator's tree sum, added to y unless first, then bias
 // (may be null) added.
 template <int MR, int NR>
@@ -235,10 +244,7 @@ template <int MR, int NR>
 void tile_packed(const float* x, int64_t ldx, const float* wp, int64_t kc, int nr, float* y, int64_t ldy, bool first,
                  const float* bias) {
   Vec16 acc[MR][NR];
-#pragma GCC unroll 8
-  for (int r = 0; r < MR; ++r)
-#pragma GCC unroll 8
-    for (int c = 0; c < NR; ++c) acc[r][c] = vzero();
+  zero_tile(acc);
   const int64_t kfull = kc & ~int64_t{15};
   tile_steps<MR, NR>(x, ldx, kfull, [&](int c, int64_t k, int h) { return pload(wp + (k / 16 * kGroup + c) * 16, h); },
                      acc);
@@ -262,10 +268,7 @@ void tile_blocks(const float* x, int64_t ldx, const void* w, int64_t ld, int64_t
   const uint8_t* wrow[NR];
   for (int c = 0; c < NR; ++c) wrow[c] = static_cast<const uint8_t*>(w) + std::min(c, nr - 1) * row_bytes<T>(ld);
   Vec16 acc[MR][NR];
-#pragma GCC unroll 8
-  for (int r = 0; r < MR; ++r)
-#pragma GCC unroll 8
-    for (int c = 0; c < NR; ++c) acc[r][c] = vzero();
+  zero_tile(acc);
   for (int64_t k = 0; k < kc; k += kQBlock) {
     if (pf < pf_end) {
       for (int64_t b = 0; b < pf_step; ++b) prefetch_l2(pf + b * 64);
@@ -290,10 +293,7 @@ void tile_partial(const float* x, int64_t ldx, const void* w, int64_t ld, int64_
     const uint8_t* wrow[NR];
     for (int c = 0; c < NR; ++c) wrow[c] = static_cast<const uint8_t*>(w) + std::min(c, nr - 1) * ld * kElemBytes<T>;
     Vec16 acc[MR][NR];
-#pragma GCC unroll 8
-    for (int r = 0; r < MR; ++r)
-#pragma GCC unroll 8
-      for (int c = 0; c < NR; ++c) acc[r][c] = vzero();
+    zero_tile(acc);
     const int64_t kfull = kc & ~int64_t{15};
     tile_steps<MR, NR>(x, ldx, kfull, [&](int c, int64_t k, int h) { return pload_w<T>(wrow[c] + k * kElemBytes<T>, h); },
                        acc);
@@ -323,10 +323,7 @@ void tile_in_place(const float* x, int64_t ldx, const void* w, int64_t ld, int64
                             static_cast<const uint8_t*>(w) + 6 * s};
   const float* xr = x;
   Vec16 acc[MR][NR];
-#pragma GCC unroll 8
-  for (int r = 0; r < MR; ++r)
-#pragma GCC unroll 8
-    for (int c = 0; c < NR; ++c) acc[r][c] = vzero();
+  zero_tile(acc);
   const int64_t steps = kc / 16;
   const int64_t pf_step = prefetch ? (prefetch_lines + std::max<int64_t>(1, steps) - 1) / std::max<int64_t>(1, steps) : 0;
   const char* pf = prefetch;
