@@ -49,7 +49,7 @@ struct PerplexityOptions {
 
 void run_perplexity(const PerplexityOptions& o) {
   const Timer timer;
-  ASTRAI_CHECK(file_exists(o.model + "/tokenizer.json"), "--model ", o.model,
+  ASTRAI_CHECK(model_has_tokenizer(o.model), "--model ", o.model,
                ": no tokenizer.json (perplexity decodes tokens to count bytes and encodes text files)");
   const auto engine = load_engine(o.model, o.engine);
   const int64_t limit = eval::max_scored_length(*engine);
@@ -116,7 +116,7 @@ void run_tasks(const TasksOptions& o) {
     api.url = o.url;
     scores = eval::make_api_choice_scorer(api)->score(questions, std::ref(progress));
   } else {
-    ASTRAI_CHECK(file_exists(o.model + "/tokenizer.json"), "--model ", o.model, ": no tokenizer.json to encode the tasks");
+    ASTRAI_CHECK(model_has_tokenizer(o.model), "--model ", o.model, ": no tokenizer.json to encode the tasks");
     const auto engine = load_engine(o.model, o.engine);
     scores = eval::make_engine_choice_scorer(*engine)->score(questions, std::ref(progress));
   }

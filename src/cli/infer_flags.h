@@ -6,6 +6,7 @@
 #include <string>
 
 #include "base/files.h"
+#include "base/gguf_file.h"
 #include "base/parallel.h"
 #include "infer/engine.h"
 #include "model/transformer.h"
@@ -92,14 +93,20 @@ struct EngineFlags {
   }
 };
 
-// Loads DIR's model and, when DIR has a tokenizer.json, its tokenizer (else null: token ids only).
+// Whether --model names a tokenizer too: a directory with tokenizer.json, or a GGUF file (its metadata).
+inline bool model_has_tokenizer(const std::string& model) {
+  return file_exists(model + "/tokenizer.json") || is_gguf_file(model);
+}
+
+// Loads DIR's model (a checkpoint directory or a GGUF file) and, when model_has_tokenizer(DIR), its
+// tokenizer (else null: token ids only).
 inline std::unique_ptr<infer::Engine> load_engine(const std::string& dir, const EngineFlags& flags) {
   if (flags.threads > 0) set_num_threads(flags.threads);
   auto model =
       std::make_shared<const model::Transformer>(model::Transformer::load(dir, weight_placement(flags.no_mmap),
                                                                           parse_device(flags.device), flags.lora));
   std::shared_ptr<const tokenizer::Tokenizer> tok;
-  if (file_exists(dir + "/tokenizer.json"))
+  if (model_has_tokenizer(dir))
     tok = std::make_shared<const tokenizer::Tokenizer>(tokenizer::Tokenizer::load(dir));
   return std::make_unique<infer::Engine>(model, tok, flags.options());
 }

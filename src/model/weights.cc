@@ -8,6 +8,7 @@
 #include "base/error.h"
 #include "base/files.h"
 #include "base/log.h"
+#include "model/gguf_checkpoint.h"
 
 namespace astrai::model {
 
@@ -83,7 +84,10 @@ ModelWeights ModelWeights::from_tensors(const ModelConfig& config, const TensorM
     const DType blocks = config.weight_dtype();  // kF32 for a float checkpoint
     const bool quantized = is_block_type(blocks);
     if (t.dtype() == DType::kU8 && quantized) t = block_matrix(t, blocks, p.shape, name, where);
-    if (t.dtype() != DType::kF32 && t.dtype() != DType::kBF16 && t.dtype() != DType::kF16 && t.dtype() != blocks)
+    // A GGUF file's matrices carry their own block type, one per tensor (model/gguf_checkpoint.h).
+    const bool typed_blocks = is_block_type(t.dtype()) && p.shape.size() == 2;
+    if (t.dtype() != DType::kF32 && t.dtype() != DType::kBF16 && t.dtype() != DType::kF16 && t.dtype() != blocks &&
+        !typed_blocks)
       fail(where, ": tensor \"", name, "\" has unsupported dtype ", dtype_name(t.dtype()), " (need F32, BF16 or F16",
            quantized ? str_cat("; ", dtype_name(blocks), " matrices are U8 [rows, cols / 32 * ",
                                dtype_bytes(blocks, kQBlock), "]")
@@ -174,6 +178,7 @@ size_t ModelWeights::bytes(const ModelConfig& config) const {
 }
 
 Checkpoint load_checkpoint(const std::string& dir, WeightPlacement placement) {
+  if (is_gguf_file(dir)) return load_gguf_checkpoint(dir, placement);
   Checkpoint ck;
   ck.config = ModelConfig::load(dir);
   SafetensorsContents contents = read_checkpoint_tensors(dir);

@@ -59,7 +59,7 @@ struct ModelWeights : ModelParams<Tensor> {
 //     each step (fewer TLB misses; the hardware prefetchers stop at every 4 KiB page edge).
 enum class WeightPlacement { kMapped, kMemory };
 
-// Loads DIR/config.json and its safetensors weights.
+// Loads DIR/config.json and its safetensors weights, or a GGUF file (model/gguf_checkpoint.h).
 struct Checkpoint {
   ModelConfig config;
   ModelWeights weights;

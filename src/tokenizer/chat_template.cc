@@ -5,6 +5,8 @@
 #include <sstream>
 
 #include "base/error.h"
+#include "base/gguf_file.h"
+#include "tokenizer/gguf_vocab.h"
 
 namespace astrai::tokenizer {
 
@@ -36,15 +38,20 @@ ChatTemplate::ChatTemplate(const std::string& source, std::map<std::string, std:
 ChatTemplate ChatTemplate::from_tokenizer_config(const std::string& path) {
   namespace fs = std::filesystem;
   fs::path file = fs::is_directory(path) ? fs::path(path) / "tokenizer_config.json" : fs::path(path);
-  std::ifstream in(file, std::ios::binary);
-  if (!in) fail("chat template: cannot open ", file.string());
-  std::stringstream ss;
-  ss << in.rdbuf();
   nlohmann::ordered_json cfg;
-  try {
-    cfg = nlohmann::ordered_json::parse(ss.str());
-  } catch (const nlohmann::json::exception& e) {
-    fail("chat template: ", file.string(), ": invalid JSON: ", e.what());
+  if (is_gguf_file(path)) {  // a GGUF model file: tokenizer.chat_template in its metadata
+    const Json meta = read_gguf(path).metadata;
+    cfg = nlohmann::ordered_json::parse(gguf_tokenizer_config(meta, path).dump(-1, ' ', false, Json::error_handler_t::replace));
+  } else {
+    std::ifstream in(file, std::ios::binary);
+    if (!in) fail("chat template: cannot open ", file.string());
+    std::stringstream ss;
+    ss << in.rdbuf();
+    try {
+      cfg = nlohmann::ordered_json::parse(ss.str());
+    } catch (const nlohmann::json::exception& e) {
+      fail("chat template: ", file.string(), ": invalid JSON: ", e.what());
+    }
   }
   if (!cfg.is_object()) fail("chat template: ", file.string(), ": expected a JSON object");
   auto it = cfg.find("chat_template");

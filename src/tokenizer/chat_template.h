@@ -29,7 +29,8 @@ class ChatTemplate {
   explicit ChatTemplate(const std::string& source, std::map<std::string, std::string> special_tokens = {});
 
   // Reads `chat_template` (a string, or a list of {name, template}) and the special tokens from
-  // tokenizer_config.json; `path` is that file or the directory holding it. Throws astrai::Error
+  // tokenizer_config.json; `path` is that file, the directory holding it, or a GGUF model file
+  // (tokenizer.chat_template in its metadata). Throws astrai::Error
   // when the file has no chat template or a template does not parse.
   static ChatTemplate from_tokenizer_config(const std::string& path);
 

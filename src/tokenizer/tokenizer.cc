@@ -1,11 +1,16 @@
 #include "tokenizer/tokenizer.h"
 
+#include "base/gguf_file.h"
+#include "tokenizer/gguf_vocab.h"
+
 #include <algorithm>
 #include <filesystem>
 #include <unordered_map>
 
 #include "base/files.h"
+#include "base/gguf_file.h"
 #include "tokenizer/bpe.h"
+#include "tokenizer/gguf_vocab.h"
 #include "tokenizer/pipeline.h"
 #include "tokenizer/unicode.h"
 
@@ -264,6 +269,14 @@ Tokenizer Tokenizer::from_json_checked(const Json& j, const Json& config) {
 
 Tokenizer Tokenizer::load(const std::string& path) {
   namespace fs = std::filesystem;
+  if (is_gguf_file(path)) {  // the vocabulary in a GGUF model file's metadata
+    const Json meta = read_gguf(path).metadata;
+    try {
+      return from_json(gguf_tokenizer_json(meta, path), gguf_tokenizer_config(meta, path));
+    } catch (const Error& e) {
+      fail(path, ": ", e.what());
+    }
+  }
   fs::path p(path);
   fs::path dir = p, file = p / "tokenizer.json";
   if (!fs::is_directory(p)) {

@@ -42,7 +42,8 @@ class Tokenizer {
  public:
   // `path`: a directory holding tokenizer.json (and optionally tokenizer_config.json,
   // chat_template.jinja), or the tokenizer.json file itself (its directory is searched
-  // for tokenizer_config.json). Throws astrai::Error with the file and reason.
+  // for tokenizer_config.json), or a GGUF model file (its metadata's vocabulary,
+  // tokenizer/gguf_vocab.h). Throws astrai::Error with the file and reason.
   static Tokenizer load(const std::string& path);
   // From parsed JSON; `config` may be null (no special-token names, no chat template).
   static Tokenizer from_json(const Json& tokenizer_json, const Json& config = Json());

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "base/files.h"
+#include "base/gguf_file.h"
 #include "base/log.h"
 #include "base/parallel.h"
 #include "base/timer.h"
@@ -233,6 +234,8 @@ class Run {
 
 void Run::setup_model() {
   ASTRAI_CHECK(o_.model_dir.empty() != o_.config_path.empty(), "give exactly one of --model DIR or --config FILE");
+  ASTRAI_CHECK(!is_gguf_file(o_.model_dir), o_.model_dir,
+               ": training reads safetensors checkpoints; a GGUF file serves inference only");
   if (!o_.model_dir.empty()) config_ = model::ModelConfig::load(o_.model_dir);
   else config_ = model::ModelConfig::from_json(read_json_file(o_.config_path), o_.config_path);
   ASTRAI_CHECK(config_.weight_format.empty(), o_.model_dir.empty() ? o_.config_path : o_.model_dir, ": ",

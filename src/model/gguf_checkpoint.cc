@@ -1,0 +1,222 @@
+#include "model/gguf_checkpoint.h"
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <optional>
+
+#include "base/error.h"
+#include "base/log.h"
+
+namespace astrai::model {
+
+namespace {
+
+// GGML type ids (ggml.h's enum ggml_type) that a checkpoint may hold, and the DType of each.
+std::optional<DType> dtype_of_ggml(uint32_t type) {
+  switch (type) {
+    case 0: return DType::kF32;
+    case 1: return DType::kF16;
+    case 2: return DType::kQ4_0;
+    case 8: return DType::kQ8_0;
+    case 30: return DType::kBF16;
+    default: return std::nullopt;
+  }
+}
+
+// The metadata value `key`, which must have JSON type `ok` when present.
+template <typename T>
+std::optional<T> meta(const GgufFile& g, const std::string& key) {
+  auto it = g.metadata.find(key);
+  if (it == g.metadata.end()) return std::nullopt;
+  if constexpr (std::is_same_v<T, std::string>) {
+    if (!it->is_string()) fail(g.file->path(), ": GGUF key ", key, " must be a string");
+  } else if constexpr (std::is_same_v<T, bool>) {
+    if (!it->is_boolean()) fail(g.file->path(), ": GGUF key ", key, " must be a bool");
+  } else {
+    if (!it->is_number()) fail(g.file->path(), ": GGUF key ", key, " must be a number (not an array or string)");
+  }
+  return it->get<T>();
+}
+
+const GgufTensorRecord* find_tensor(const GgufFile& g, const std::string& name) {
+  for (const auto& t : g.tensors)
+    if (t.name == name) return &t;
+  return nullptr;
+}
+
+// GGUF tensor name -> the Hugging Face name of the same parameter.
+std::string hf_name(const std::string& gguf) {
+  static const std::map<std::string, std::string> top = {{"token_embd.weight", "model.embed_tokens.weight"},
+                                                         {"output_norm.weight", "model.norm.weight"},
+                                                         {"output.weight", "lm_head.weight"}};
+  if (auto it = top.find(gguf); it != top.end()) return it->second;
+  static const std::map<std::string, std::string> layer = {
+      {"attn_norm", "input_layernorm"},  {"ffn_norm", "post_attention_layernorm"},
+      {"attn_q", "self_attn.q_proj"},    {"attn_k", "self_attn.k_proj"},
+      {"attn_v", "self_attn.v_proj"},    {"attn_output", "self_attn.o_proj"},
+      {"attn_q_norm", "self_attn.q_norm"}, {"attn_k_norm", "self_attn.k_norm"},
+      {"ffn_gate", "mlp.gate_proj"},     {"ffn_up", "mlp.up_proj"},
+      {"ffn_down", "mlp.down_proj"}};
+  if (gguf.rfind("blk.", 0) != 0) return gguf;
+  const size_t dot = gguf.find('.', 4);
+  const size_t last = gguf.rfind('.');
+  if (dot == std::string::npos || last <= dot) return gguf;
+  const std::string index = gguf.substr(4, dot - 4);
+  auto it = layer.find(gguf.substr(dot + 1, last - dot - 1));
+  if (it == layer.end() || index.empty() || !std::all_of(index.begin(), index.end(), ::isdigit)) return gguf;
+  return "model.layers." + index + "." + it->second + gguf.substr(last);
+}
+
+// llama.cpp's converter stores q and k of llama models with the rows of each head reordered for
+// its adjacent-pair RoPE: stored row h*d + 2j + s holds original row h*d + s*d/2 + j. Copies the
+// rows back into the Hugging Face order (whole rows, so quantized blocks stay intact).
+Tensor unpermute_rope_rows(const Tensor& t, int64_t heads, const std::string& where) {
+  const int64_t rows = t.dim(0);
+  if (heads <= 0 || rows % heads != 0 || (rows / heads) % 2 != 0)
+    fail(where, ": ", rows, " rows cannot be split into ", heads, " heads of an even width");
+  const int64_t d = rows / heads;
+  const size_t row_bytes = dtype_bytes(t.dtype(), t.dim(1));
+  Tensor out(make_host_storage(t.nbytes()), 0, t.shape(), t.dtype());
+  const auto* src = static_cast<const uint8_t*>(t.raw());
+  auto* dst = static_cast<uint8_t*>(out.raw());
+  for (int64_t h = 0; h < heads; ++h)
+    for (int64_t j = 0; j < d / 2; ++j)
+      for (int64_t s = 0; s < 2; ++s)
+        std::memcpy(dst + (h * d + s * (d / 2) + j) * row_bytes, src + (h * d + 2 * j + s) * row_bytes, row_bytes);
+  return out;
+}
+
+// The GGUF tensor as a Tensor over the mapping, shape in our order (slowest dimension first).
+Tensor mapped_tensor(const GgufFile& g, const GgufTensorRecord& r) {
+  const std::string where = g.file->path() + ": tensor \"" + r.name + "\"";
+  const auto dtype = dtype_of_ggml(r.ggml_type);
+  if (!dtype)
+    fail(where, " has type ", ggml_type_name(r.ggml_type),
+         "; supported: F32, F16, BF16, Q8_0, Q4_0 (llama-quantize --pure with one of those rewrites a file)");
+  Shape shape(r.dims.rbegin(), r.dims.rend());
+  if (r.dims[0] % dtype_block(*dtype) != 0)
+    fail(where, " rows of ", r.dims[0], " elements are not whole ", dtype_name(*dtype), " blocks");
+  const size_t bytes = dtype_bytes(*dtype, shape_numel(shape));
+  if (r.offset > g.file->size() || bytes > g.file->size() - r.offset)
+    fail(where, " needs ", bytes, " bytes at offset ", r.offset, " but the file has ", g.file->size(),
+         ": truncated file?");
+  return Tensor(make_mapped_storage(g.file, r.offset, bytes), 0, std::move(shape), *dtype);
+}
+
+}  // namespace
+
+std::string ggml_type_name(uint32_t type) {
+  static const char* const kNames[] = {"F32",   "F16",    "Q4_0",    "Q4_1",    "Q4_2",   "Q4_3",  "Q5_0",
+                                       "Q5_1",  "Q8_0",   "Q8_1",    "Q2_K",    "Q3_K",   "Q4_K",  "Q5_K",
+                                       "Q6_K",  "Q8_K",   "IQ2_XXS", "IQ2_XS",  "IQ3_XXS", "IQ1_S", "IQ4_NL",
+                                       "IQ3_S", "IQ2_S",  "IQ4_XS",  "I8",      "I16",    "I32",   "I64",
+                                       "F64",   "IQ1_M",  "BF16",    "Q4_0_4_4", "Q4_0_4_8", "Q4_0_8_8", "TQ1_0",
+                                       "TQ2_0", "IQ4_NL_4_4", "IQ4_NL_4_8", "IQ4_NL_8_8", "MXFP4", "NVFP4", "Q1_0",
+                                       "Q2_0"};
+  if (type < std::size(kNames)) return kNames[type];
+  return "type " + std::to_string(type);
+}
+
+Json gguf_hf_config(const GgufFile& g) {
+  const std::string& path = g.file->path();
+  const auto arch = meta<std::string>(g, "general.architecture");
+  if (!arch) fail(path, ": GGUF has no general.architecture");
+  if (*arch != "llama" && *arch != "qwen2" && *arch != "qwen3")
+    fail(path, ": GGUF architecture \"", *arch, "\" is not supported (llama, qwen2, qwen3)");
+  const std::string a = *arch + ".";
+  auto need = [&](const std::string& key) {
+    auto v = meta<double>(g, a + key);
+    if (!v) fail(path, ": GGUF has no ", a + key);
+    return *v;
+  };
+  auto integer = [&](const std::string& key) { return static_cast<int64_t>(need(key)); };
+  Json c;
+  c["model_type"] = *arch;
+  c["hidden_size"] = integer("embedding_length");
+  if (auto it = g.metadata.find(a + "feed_forward_length"); it != g.metadata.end() && it->is_array())
+    fail(path, ": ", a, "feed_forward_length differs per layer, which is not supported");
+  c["intermediate_size"] = integer("feed_forward_length");
+  c["num_hidden_layers"] = integer("block_count");
+  c["num_attention_heads"] = integer("attention.head_count");
+  if (auto it = g.metadata.find(a + "attention.head_count_kv"); it != g.metadata.end() && it->is_array())
+    fail(path, ": ", a, "attention.head_count_kv differs per layer, which is not supported");
+  c["num_key_value_heads"] = meta<int64_t>(g, a + "attention.head_count_kv").value_or(c["num_attention_heads"]);
+  c["max_position_embeddings"] = integer("context_length");
+  c["rms_norm_eps"] = meta<double>(g, a + "attention.layer_norm_rms_epsilon").value_or(1e-5);
+  c["rope_theta"] = meta<double>(g, a + "rope.freq_base").value_or(10000.0);
+  const int64_t heads = c["num_attention_heads"];
+  const int64_t head_dim = meta<int64_t>(g, a + "attention.key_length").value_or(c["hidden_size"].get<int64_t>() / heads);
+  if (meta<int64_t>(g, a + "attention.value_length").value_or(head_dim) != head_dim)
+    fail(path, ": attention.value_length differs from attention.key_length, which is not supported");
+  c["head_dim"] = head_dim;
+  if (auto rot = meta<int64_t>(g, a + "rope.dimension_count"); rot && *rot != head_dim)
+    fail(path, ": RoPE over ", *rot, " of ", head_dim, " head dimensions (partial rotary) is not supported");
+  if (find_tensor(g, "rope_freqs.weight"))
+    fail(path, ": RoPE frequency factors (rope_freqs.weight, llama3-style scaling) are not supported yet");
+  const std::string scaling = meta<std::string>(g, a + "rope.scaling.type").value_or("none");
+  const double factor = meta<double>(g, a + "rope.scaling.factor").value_or(meta<double>(g, a + "rope.scale_linear").value_or(1.0));
+  if (scaling == "linear" || (scaling == "none" && factor != 1.0)) {
+    c["rope_scaling"] = {{"rope_type", "linear"}, {"factor", factor}};
+  } else if (scaling != "none") {
+    fail(path, ": RoPE scaling \"", scaling, "\" is not supported (none, linear)");
+  }
+  const int64_t vocab = meta<int64_t>(g, a + "vocab_size").value_or(
+      g.metadata.contains("tokenizer.ggml.tokens") ? static_cast<int64_t>(g.metadata["tokenizer.ggml.tokens"].size()) : 0);
+  const GgufTensorRecord* embed = find_tensor(g, "token_embd.weight");
+  if (!embed || embed->dims.size() != 2) fail(path, ": GGUF has no 2-D token_embd.weight");
+  c["vocab_size"] = vocab > 0 ? vocab : embed->dims[1];
+  c["tie_word_embeddings"] = find_tensor(g, "output.weight") == nullptr;
+  // Biases are optional in llama.cpp's llama graph; the file says whether they are there.
+  if (*arch == "llama") {
+    const bool qkv = find_tensor(g, "blk.0.attn_q.bias") != nullptr;
+    const bool o = find_tensor(g, "blk.0.attn_output.bias") != nullptr;
+    if (qkv != o) fail(path, ": llama with a q bias but no o bias (or the reverse) is not supported");
+    c["attention_bias"] = qkv;
+    c["mlp_bias"] = find_tensor(g, "blk.0.ffn_up.bias") != nullptr;
+  }
+  if (auto bos = meta<int64_t>(g, "tokenizer.ggml.bos_token_id")) c["bos_token_id"] = *bos;
+  Json eos = Json::array();
+  for (const char* key : {"tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"})
+    if (auto id = meta<int64_t>(g, key); id && *id >= 0 && std::find(eos.begin(), eos.end(), Json(*id)) == eos.end())
+      eos.push_back(*id);
+  if (!eos.empty()) c["eos_token_id"] = eos;
+  return c;
+}
+
+Checkpoint load_gguf_checkpoint(const std::string& path, WeightPlacement placement) {
+  const GgufFile g = read_gguf(path);
+  Checkpoint ck;
+  ck.config = ModelConfig::from_json(gguf_hf_config(g), path);
+  const bool permuted = g.metadata.value("general.architecture", "") == "llama";
+  TensorMap tensors;
+  std::map<DType, int> block_matrices;
+  for (const auto& r : g.tensors) {
+    const std::string name = hf_name(r.name);
+    Tensor t = mapped_tensor(g, r);
+    const std::string where = path + ": tensor \"" + r.name + "\"";
+    if (permuted && t.ndim() == 2 && name.find("self_attn.q_proj.weight") != std::string::npos)
+      t = unpermute_rope_rows(t, ck.config.num_attention_heads, where);
+    if (permuted && t.ndim() == 2 && name.find("self_attn.k_proj.weight") != std::string::npos)
+      t = unpermute_rope_rows(t, ck.config.num_key_value_heads, where);
+    if (is_block_type(t.dtype())) ++block_matrices[t.dtype()];
+    tensors.emplace(name, std::move(t));
+  }
+  // What `astrai info` names: the block type most matrices use (the file may mix types).
+  const auto most = std::max_element(block_matrices.begin(), block_matrices.end(),
+                                     [](const auto& x, const auto& y) { return x.second < y.second; });
+  if (most != block_matrices.end()) {
+    std::string format(dtype_name(most->first));
+    std::transform(format.begin(), format.end(), format.begin(), ::tolower);
+    ck.config.weight_format = format;
+  }
+  ck.weights = ModelWeights::from_tensors(ck.config, tensors, path);
+  if (placement == WeightPlacement::kMemory) {
+    ck.weights = ck.weights.copy_to_memory(ck.config);
+  } else {
+    ck.mapped_bytes = g.file->size();
+  }
+  return ck;
+}
+
+}  // namespace astrai::model
