@@ -68,15 +68,16 @@ std::string hf_name(const std::string& gguf) {
   return "model.layers." + index + "." + it->second + gguf.substr(last);
 }
 
-// llama.cpp's converter stores q and k of llama models with the rows of each head reordered for
-// its adjacent-pair RoPE: stored row h*d + 2j + s holds original row h*d + s*d/2 + j. Copies the
-// rows back into the Hugging Face order (whole rows, so quantized blocks stay intact).
+// llama.cpp's converter stores q and k (weights and biases) of llama models with the rows of each
+// head reordered for its adjacent-pair RoPE: stored row h*d + 2j + s holds original row
+// h*d + s*d/2 + j. Copies the rows back into the Hugging Face order (whole rows, so quantized
+// blocks stay intact).
 Tensor unpermute_rope_rows(const Tensor& t, int64_t heads, const std::string& where) {
   const int64_t rows = t.dim(0);
   if (heads <= 0 || rows % heads != 0 || (rows / heads) % 2 != 0)
     fail(where, ": ", rows, " rows cannot be split into ", heads, " heads of an even width");
   const int64_t d = rows / heads;
-  const size_t row_bytes = dtype_bytes(t.dtype(), t.dim(1));
+  const size_t row_bytes = dtype_bytes(t.dtype(), t.ndim() == 2 ? t.dim(1) : 1);
   Tensor out(make_host_storage(t.nbytes()), 0, t.shape(), t.dtype());
   const auto* src = static_cast<const uint8_t*>(t.raw());
   auto* dst = static_cast<uint8_t*>(out.raw());
@@ -195,9 +196,9 @@ Checkpoint load_gguf_checkpoint(const std::string& path, WeightPlacement placeme
     const std::string name = hf_name(r.name);
     Tensor t = mapped_tensor(g, r);
     const std::string where = path + ": tensor \"" + r.name + "\"";
-    if (permuted && t.ndim() == 2 && name.find("self_attn.q_proj.weight") != std::string::npos)
+    if (permuted && name.find("self_attn.q_proj.") != std::string::npos)
       t = unpermute_rope_rows(t, ck.config.num_attention_heads, where);
-    if (permuted && t.ndim() == 2 && name.find("self_attn.k_proj.weight") != std::string::npos)
+    if (permuted && name.find("self_attn.k_proj.") != std::string::npos)
       t = unpermute_rope_rows(t, ck.config.num_key_value_heads, where);
     if (is_block_type(t.dtype())) ++block_matrices[t.dtype()];
     tensors.emplace(name, std::move(t));

@@ -2,8 +2,8 @@
 // metadata, the tensors renamed to the Hugging Face names the parameter schema uses, read in place
 // from the mapping. Supported: general.architecture llama (also Mistral's files), qwen2 and qwen3;
 // tensors F32, F16, BF16, Q8_0 and Q4_0 (docs/quantization.md). llama.cpp's converter permutes the
-// rows of q and k of "llama" models for its adjacent-pair RoPE; those two matrices are un-permuted
-// into memory at load, so the model computes exactly what the Hugging Face checkpoint does.
+// rows of q and k (and their biases) of "llama" models for its adjacent-pair RoPE; those are
+// un-permuted into memory at load, so the model computes exactly what the Hugging Face checkpoint does.
 // Anything else (other architectures, tensor types, llama3 RoPE frequency factors, partial RoPE)
 // is an astrai::Error naming it.
 #pragma once

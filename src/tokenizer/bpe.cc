@@ -308,6 +308,7 @@ void Bpe::merge_word(std::string_view word, std::vector<int32_t>& out) const {
   if (pending_unk) add(*pending_unk);
 
   const int32_t n = static_cast<int32_t>(syms.size());
+  if (n == 0) return;  // every character dropped (no unk token, no byte fallback)
   for (int32_t k = 0; k < n; ++k) {
     syms[k].prev = k - 1;
     syms[k].next = k + 1 < n ? k + 1 : -1;

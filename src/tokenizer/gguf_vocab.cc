@@ -24,17 +24,28 @@ constexpr std::string_view kGpt4oRegex =
     R"(|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?)"
     R"(|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
+// Texts llama.cpp treats as control tokens that end generation whatever type the file gives them
+// (end-of-turn and end-of-text markers of the common chat formats); a GGUF vocabulary matches them
+// in text as special tokens for the same reason.
+constexpr std::string_view kControlTexts[] = {
+    "</s>", "<eos>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]", "<|endoftext|>", "<|end_of_text|>", "<|end|>",
+    "<|eot_id|>", "<|eom_id|>", "<|im_end|>", "<end_of_turn>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>",
+    "<end_of_utterance>", "<turn|>", "<|tool_response>", "<\uff5cend\u2581of\u2581sentence\uff5c>", "[e~["};
+
 struct Vocab {
   const Json* tokens;
-  std::vector<int> types;
+  std::vector<int> types;       // after the control-text rule
+  std::vector<int> file_types;  // as the file gives them
   std::vector<double> scores;
 };
+
+const std::string& token(const Vocab& v, size_t id) { return (*v.tokens)[id].get_ref<const std::string&>(); }
 
 Vocab read_vocab(const Json& meta, const std::string& where) {
   auto tokens = meta.find("tokenizer.ggml.tokens");
   if (tokens == meta.end() || !tokens->is_array() || tokens->empty())
     fail(where, ": GGUF has no tokenizer.ggml.tokens");
-  Vocab v{&*tokens, std::vector<int>(tokens->size(), kNormal), {}};
+  Vocab v{&*tokens, std::vector<int>(tokens->size(), kNormal), {}, {}};
   for (const auto& t : *tokens)
     if (!t.is_string()) fail(where, ": tokenizer.ggml.tokens must hold strings");
   if (auto it = meta.find("tokenizer.ggml.token_type"); it != meta.end()) {
@@ -42,6 +53,10 @@ Vocab read_vocab(const Json& meta, const std::string& where) {
       fail(where, ": tokenizer.ggml.token_type must have one entry per token");
     for (size_t i = 0; i < it->size(); ++i) v.types[i] = (*it)[i].get<int>();
   }
+  v.file_types = v.types;
+  for (size_t i = 0; i < tokens->size(); ++i)
+    if (std::find(std::begin(kControlTexts), std::end(kControlTexts), token(v, i)) != std::end(kControlTexts))
+      v.types[i] = kControl;
   if (auto it = meta.find("tokenizer.ggml.scores"); it != meta.end()) {
     if (!it->is_array() || it->size() != tokens->size())
       fail(where, ": tokenizer.ggml.scores must have one entry per token");
@@ -49,8 +64,6 @@ Vocab read_vocab(const Json& meta, const std::string& where) {
   }
   return v;
 }
-
-const std::string& token(const Vocab& v, size_t id) { return (*v.tokens)[id].get_ref<const std::string&>(); }
 
 Json added_token(int64_t id, const std::string& content, bool special) {
   return {{"id", id},       {"content", content}, {"single_word", false}, {"lstrip", false},
@@ -166,8 +179,10 @@ Json gguf_tokenizer_json(const Json& meta, const std::string& where) {
     const int type = v.types[i];
     const bool special = type == kControl || type == kUnknown;
     if (special || type == kUserDefined) added.push_back(added_token(static_cast<int64_t>(i), token(v, i), special));
-    // Byte-level vocabularies keep added tokens out of the BPE model (their text is not byte-level).
-    if (spm || (!special && type != kUserDefined)) vocab[token(v, i)] = i;
+    // Byte-level vocabularies keep the file's added tokens out of the BPE model (their text is not
+    // byte-level); a normal token made control by its text stays, merges may produce it.
+    const int file_type = v.file_types[i];
+    if (spm || (file_type != kControl && file_type != kUnknown && file_type != kUserDefined)) vocab[token(v, i)] = i;
   }
   Json j;
   j["version"] = "1.0";
@@ -187,7 +202,8 @@ Json gguf_tokenizer_json(const Json& meta, const std::string& where) {
                      {{"type", "Fuse"}}};
     if (prefix) decoders.push_back({{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}});
     j["decoder"] = {{"type", "Sequence"}, {"decoders", decoders}};
-    const int64_t unk = meta_id(meta, "tokenizer.ggml.unknown_token_id");
+    int64_t unk = meta_id(meta, "tokenizer.ggml.unknown_token_id");
+    if (unk < 0) unk = 0;  // llama.cpp's default for SentencePiece vocabularies
     j["model"] = {{"type", "BPE"},
                   {"vocab", vocab},
                   {"merges", spm_merges(v)},

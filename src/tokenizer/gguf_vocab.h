@@ -7,7 +7,9 @@
 //     merged piece (llama.cpp merges the adjacent pair whose merged piece scores highest), bytes
 //     unknown to the vocabulary fall back to <0xXX> tokens, spaces become U+2581 and a space is
 //     prepended to each stretch of text (tokenizer.ggml.add_space_prefix, default true).
-// Control and unknown tokens become special added tokens, user-defined ones plain added tokens.
+// Control and unknown tokens become special added tokens, user-defined ones plain added tokens; as in
+// llama.cpp, end-of-turn/end-of-text markers ("</s>", "<|im_end|>", "<|eot_id|>", ...) are control
+// tokens whatever type the file gives them.
 // BOS/EOS are added per tokenizer.ggml.add_bos_token / add_eos_token (llama.cpp's defaults when
 // absent: BOS for "llama" and llama-bpe vocabularies). tokenizer.chat_template (and the named
 // tokenizer.chat_template.NAME) become the chat templates.

@@ -342,8 +342,16 @@ std::vector<std::vector<int32_t>> Tokenizer::encode_batch(const std::vector<std:
 void copy_tokenizer_files(const std::string& from, const std::string& to) {
   namespace fs = std::filesystem;
   if (from.empty()) return;
-  const fs::path src = fs::is_directory(from) ? fs::path(from) : fs::path(from).parent_path();
   const fs::path dst(to);
+  if (is_gguf_file(from)) {  // a GGUF's vocabulary, written out as the files it stands for
+    const Json meta = read_gguf(from).metadata;
+    if (!meta.contains("tokenizer.ggml.model")) return;
+    const auto dump = [](const Json& j) { return j.dump(1, ' ', false, Json::error_handler_t::replace) + "\n"; };
+    write_file_atomic((dst / "tokenizer.json").string(), dump(gguf_tokenizer_json(meta, from)));
+    write_file_atomic((dst / "tokenizer_config.json").string(), dump(gguf_tokenizer_config(meta, from)));
+    return;
+  }
+  const fs::path src = fs::is_directory(from) ? fs::path(from) : fs::path(from).parent_path();
   for (const char* f : {"tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "special_tokens_map.json"}) {
     if (!fs::exists(src / f) || (fs::exists(dst / f) && fs::equivalent(src / f, dst / f))) continue;
     std::error_code ec;

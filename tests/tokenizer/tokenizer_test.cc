@@ -124,6 +124,16 @@ TEST(Tokenizer, SentencePieceStyle) {
   EXPECT_EQ(t.decode(t.encode("hello w\xC3\xA9rld"), true), "hello w\xC3\xA9rld");
 }
 
+TEST(Tokenizer, WordOfOnlyUnknownCharactersWithoutUnkOrByteFallbackIsDropped) {
+  // HF drops characters it can neither find nor fall back on; a word left empty must not crash.
+  Json j = Json{{"model", Json{{"type", "BPE"}, {"vocab", Json{{"a", 0}, {"b", 1}}}, {"merges", Json::array()},
+                              {"byte_fallback", true}}},
+                {"pre_tokenizer", Json{{"type", "WhitespaceSplit"}}}};
+  Tokenizer t = Tokenizer::from_json(j);
+  EXPECT_EQ(t.encode("zz a qq b"), (std::vector<int32_t>{0, 1}));
+  EXPECT_TRUE(t.encode("zzz").empty());
+}
+
 TEST(Tokenizer, InvalidInputIsAnError) {
   Tokenizer t = Tokenizer::from_json(byte_level_json({}));
   EXPECT_THROW(t.encode("ab\xC3"), Error);

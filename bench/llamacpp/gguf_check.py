@@ -1,0 +1,207 @@
+#!/usr/bin/python3
+"""GGUF files read by AstrAI and by llama.cpp itself (libllama, the build of build.sh) must agree.
+
+For each file, both sides score the same token sequences: llama.cpp through llama_logits.cpp (its
+public API: llama_tokenize, llama_decode, every position's logits; f32 KV cache, no flash attention)
+and AstrAI through `astrai score --model FILE.gguf --dump-logits`. Reported per file: whether the two
+tokenize the texts to the same ids, the share of positions whose top-1 token is the same, and the
+largest difference of a log-probability (log-softmax of the logits, over the whole vocabulary).
+Files:
+  * random-weight models of tests/model/gguf_oracle.py (llama with GQA, llama with biases and tied
+    embeddings, qwen2 with biases and linear RoPE scaling, qwen3 with qk-norm) written by gguf-py
+    in F32, F16, BF16, Q8_0 and Q4_0, q/k permuted as llama.cpp's converter does;
+  * the F32 llama file requantized by llama.cpp's own `llama-quantize --pure` to Q8_0 and Q4_0;
+  * small llama models carrying real vocabularies (Llama-3, Qwen3 and GPT-4o byte-level BPE, Llama-2
+    SentencePiece), scored on texts that each side tokenizes itself.
+For the random-weight files a third party computes the exact answer: PyTorch on the values the
+file holds (read back and dequantized by gguf-py). The error measure is the largest log-probability
+difference divided by the largest |logit| of the row (a relative error; tied embeddings make logits
+large). A file passes when our logits are within 1e-5 of PyTorch's and our top-1 token equals
+llama.cpp's wherever llama.cpp's top two logits are further apart than its own error from PyTorch;
+llama.cpp's error is reported next to ours. (In F32 the two agree to about 5e-7; in 16 bits and in
+Q8_0/Q4_0 llama.cpp rounds the activations to 16 or 8 bits before its dot products, while we widen
+the weights exactly, so there llama.cpp is the one further from the exact answer.)
+Usage: bench/llamacpp/gguf_check.py [--llamacpp DIR] [--astrai BIN] [--json OUT]
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "tests", "model"))
+TOL = 1e-5  # ours vs PyTorch on the file's values, relative to the largest |logit|
+
+
+def log_softmax(x):
+    x = x.astype(np.float64)
+    m = x.max(axis=-1, keepdims=True)
+    return x - m - np.log(np.exp(x - m).sum(axis=-1, keepdims=True))
+
+
+def build_driver(llamacpp, out):
+    src = os.path.join(ROOT, "bench", "llamacpp", "llama_logits.cpp")
+    if os.path.exists(out) and os.path.getmtime(out) > os.path.getmtime(src):
+        return out
+    lib = os.path.join(llamacpp, "build", "bin")
+    subprocess.run(["g++", "-O2", "-std=c++17", src, "-I" + os.path.join(llamacpp, "src", "include"),
+                    "-I" + os.path.join(llamacpp, "src", "ggml", "include"), "-L" + lib, "-lllama", "-lggml",
+                    "-lggml-base", "-Wl,-rpath," + lib, "-o", out], check=True)
+    return out
+
+
+def llama_side(driver, model, lines, tmp):
+    """[(ids, logits [n, vocab])] for each line ("ids ..." or "hex ...") by libllama."""
+    out = tempfile.mkdtemp(dir=tmp)
+    subprocess.run([driver, model, out], input="\n".join(lines) + "\n", text=True, check=True,
+                   capture_output=True)
+    res = []
+    for k in range(len(lines)):
+        ids = [int(x) for x in open(os.path.join(out, "%d.ids" % k)).read().split()]
+        logits = np.fromfile(os.path.join(out, "%d.f32" % k), dtype=np.float32).reshape(len(ids), -1)
+        res.append((ids, logits))
+    return res
+
+
+def our_side(astrai, model, ids, tmp):
+    out = os.path.join(tmp, "ours.npy")
+    subprocess.run([astrai, "score", "--model", model, "--ids", ",".join(map(str, ids)), "--dump-logits", out],
+                   check=True, capture_output=True, env=dict(os.environ, OMP_NUM_THREADS="2"))
+    return np.load(out).reshape(len(ids), -1)
+
+
+def our_ids(astrai, model, texts, tmp):
+    inp = os.path.join(tmp, "texts.jsonl")
+    with open(inp, "w") as f:
+        for t in texts:
+            f.write(json.dumps({"text": t}) + "\n")
+    r = subprocess.run([astrai, "tokenize", "--tokenizer", model, "--batch-jsonl", inp], check=True,
+                       capture_output=True, text=True)
+    return [json.loads(line)["ids"] for line in r.stdout.splitlines()]
+
+
+def rel(a, b):
+    """max over rows of max |log_softmax(a) - log_softmax(b)| / max |b|."""
+    la, lb = log_softmax(a), log_softmax(b)
+    return float((np.abs(la - lb).max(axis=-1) / np.abs(b).max(axis=-1)).max())
+
+
+def compare(name, ttype, triples, same_ids=None):
+    """triples: [(llama.cpp logits, our logits, exact logits or None)] of the same sequences."""
+    ours_err = llama_err = ours_llama = 0.0
+    agree = decided = positions = 0
+    for theirs, ours, exact in triples:
+        n = len(theirs)
+        ours = ours[:n, :theirs.shape[1]]
+        ours_llama = max(ours_llama, rel(ours, theirs))
+        margin = TOL
+        if exact is not None:
+            ours_err = max(ours_err, rel(ours, exact))
+            llama_err = max(llama_err, rel(theirs, exact))
+            margin = max(TOL, 2 * rel(theirs, exact))
+        scale = np.abs(theirs).max(axis=-1)
+        top2 = np.sort(theirs, axis=-1)[:, -2:]
+        clear = (top2[:, 1] - top2[:, 0]) > margin * scale
+        same = theirs.argmax(-1) == ours.argmax(-1)
+        agree += int(same.sum())
+        decided += int((same | ~clear).sum())
+        positions += n
+    if triples[0][2] is None:  # no exact answer: the two must agree as f32 does
+        ok = ours_llama <= TOL and decided == positions and same_ids is not False
+    else:
+        ok = ours_err <= TOL and decided == positions and same_ids is not False
+    row = {"file": name, "type": ttype, "positions": positions, "top1_agree": agree / positions,
+           "ours_vs_llamacpp": ours_llama, "ours_vs_pytorch": ours_err if triples[0][2] is not None else None,
+           "llamacpp_vs_pytorch": llama_err if triples[0][2] is not None else None, "same_token_ids": same_ids,
+           "ok": ok}
+    exact = "" if triples[0][2] is None else ", vs PyTorch: ours %.1e, llama.cpp %.1e" % (ours_err, llama_err)
+    print("%-4s %-28s %-5s top-1 %5.1f%% of %4d, ours vs llama.cpp %.1e%s%s" % (
+        "ok" if ok else "FAIL", name, ttype, 100 * agree / positions, positions, ours_llama, exact,
+        "" if same_ids is None else ", token ids %s" % ("equal" if same_ids else "DIFFER")))
+    return row
+
+
+def held_values(gguf, go, of, path, cfg):
+    """{HF name: float32 tensor} of what a GGUF holds, dequantized by gguf-py, q/k back in HF order."""
+    import torch
+    c = of.Cfg(cfg)
+    names = {go.gguf_name(gguf, n): n for n, _, _ in of.param_shapes(c)}
+    out = {}
+    for t in gguf.GGUFReader(path).tensors:
+        hf = names[t.name]
+        shape = tuple(int(x) for x in reversed(t.shape))
+        v = gguf.quants.dequantize(t.data, t.tensor_type).reshape(shape).astype(np.float32)
+        if cfg["model_type"] in ("llama", "mistral") and ".q_proj." in hf:
+            v = go.unpermute(v, c.nh)
+        elif cfg["model_type"] in ("llama", "mistral") and ".k_proj." in hf:
+            v = go.unpermute(v, c.nkv)
+        out[hf] = torch.from_numpy(np.ascontiguousarray(v))
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--llamacpp", default=os.path.join(ROOT, "build", "llamacpp"),
+                    help="llama.cpp clone + build of bench/llamacpp/build.sh (default build/llamacpp)")
+    ap.add_argument("--astrai", default=os.path.join(ROOT, "build", "release", "src", "astrai"))
+    ap.add_argument("--json", help="write the rows here")
+    a = ap.parse_args()
+    sys.path.insert(0, os.path.join(a.llamacpp, "src", "gguf-py"))
+    import gguf
+    import gguf_oracle as go
+    import oracle_forward as of
+    go.gguf = gguf
+    tmp = tempfile.mkdtemp(prefix="astrai_gguf_check_")
+    driver = build_driver(a.llamacpp, os.path.join(a.llamacpp, "llama_logits"))
+    rows = []
+    seqs = lambda v: [[(7 * i + 3) % v for i in range(1, 40)], [(11 * i + 5) % v for i in range(1, 12)]]  # noqa
+
+    def score_all(path, cfg, ids_list):
+        theirs = llama_side(driver, path, ["ids " + " ".join(map(str, s)) for s in ids_list], tmp)
+        held = held_values(gguf, go, of, path, cfg)
+        return [(t[1], our_side(a.astrai, path, s, tmp), of.torch_forward(of.Cfg(cfg), held, s).numpy())
+                for t, s in zip(theirs, ids_list)]
+
+    for name, cfg in go.MODELS.items():
+        c = of.Cfg(cfg)
+        W = of.random_weights(c)
+        for ttype in ["F32", "F16", "BF16", "Q8_0", "Q4_0"]:
+            path = os.path.join(tmp, "%s_%s.gguf" % (name, ttype))
+            go.write_model_gguf(path, cfg, W, ttype)
+            rows.append(compare(name, ttype, score_all(path, cfg, seqs(c.vocab))))
+            if name == "llama_gqa" and ttype == "F32":
+                for q in ["Q8_0", "Q4_0"]:
+                    qpath = os.path.join(tmp, "%s_llama-quantize_%s.gguf" % (name, q))
+                    subprocess.run([os.path.join(a.llamacpp, "build", "bin", "llama-quantize"), "--pure", path, qpath,
+                                    q], check=True, capture_output=True)
+                    rows.append(compare(name + " (llama-quantize)", q, score_all(qpath, cfg, seqs(c.vocab))))
+
+    texts = go.TEXTS
+    for vocab, (kind, pre) in go.VOCABS.items():
+        path = os.path.join(tmp, "vocab_%s.gguf" % vocab)
+        n = json.load(open(os.path.join(go.vocab_dir(vocab), "tokenizer.json")))["added_tokens"][-1]["id"] + 1
+        n = max(n, len(json.load(open(os.path.join(go.vocab_dir(vocab), "tokenizer.json")))["model"]["vocab"]))
+        cfg = of.base("llama", vocab_size=n, num_hidden_layers=1)
+        c = of.Cfg(cfg)
+        go.write_model_gguf(path, cfg, of.random_weights(c), "F32", (kind, pre, go.vocab_dir(vocab)))
+        theirs = llama_side(driver, path, ["hex " + t.encode().hex() for t in texts], tmp)
+        ours_ids = our_ids(a.astrai, path, texts, tmp)
+        same = [t[0] == o for t, o in zip(theirs, ours_ids)]
+        for text, t, o in zip(texts, theirs, ours_ids):
+            if t[0] != o:
+                print("     %s %r: llama.cpp %s, ours %s" % (vocab, text, t[0][:16], o[:16]))
+        triples = [(t[1], our_side(a.astrai, path, t[0], tmp), None) for t in theirs]
+        rows.append(compare("%s vocabulary (%d texts)" % (vocab, len(texts)), "F32", triples, all(same)))
+    if a.json:
+        json.dump(rows, open(a.json, "w"), indent=1)
+    bad = [r for r in rows if not r["ok"]]
+    print("%d of %d files agree" % (len(rows) - len(bad), len(rows)))
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
