@@ -85,7 +85,7 @@ struct BenchModelFlags {
   bool no_mmap = false;
   std::string device = "cpu";
   void add(CLI::App* cmd) {
-    cmd->add_option("--model", model, "Model directory (default: random-weight ~100M Llama-style model)");
+    cmd->add_option("--model", model, "Model directory or GGUF file (default: random-weight ~100M Llama-style model)");
     add_device_option(cmd, &device);
     add_no_mmap_flag(cmd, &no_mmap)->description("With --model: copy the weights into memory (2 MiB huge pages) "
                                                   "instead of memory-mapping them (the random model is always in memory)");

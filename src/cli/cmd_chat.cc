@@ -87,7 +87,7 @@ void run_chat(const ChatOptions& o) {
 void setup_chat(CLI::App& app) {
   auto opts = std::make_shared<ChatOptions>();
   auto* cmd = app.add_subcommand("chat", "Chat with a model in the terminal (streaming)");
-  cmd->add_option("--model", opts->model, "Model directory with tokenizer.json and a chat template")->required();
+  cmd->add_option("--model", opts->model, "Model directory with tokenizer.json and a chat template, or a GGUF file")->required();
   cmd->add_option("--system", opts->system, "System prompt");
   cmd->add_option("--max-tokens", opts->max_tokens);
   cmd->add_option("--temperature", opts->temperature);

@@ -121,7 +121,7 @@ void run_chat_template(const ChatTemplateOptions& o) {
 void setup_chat_template(CLI::App& app) {
   auto opts = std::make_shared<ChatTemplateOptions>();
   CLI::App* cmd = app.add_subcommand("chat-template", "Render a conversation with a model's chat template");
-  cmd->add_option("--tokenizer", opts->tokenizer, "Directory with tokenizer_config.json, or the file itself");
+  cmd->add_option("--tokenizer", opts->tokenizer, "Directory with tokenizer_config.json, the file itself, or a GGUF model file");
   cmd->add_option("--template", opts->template_file, "A bare Jinja chat template file instead of --tokenizer");
   cmd->add_option("--messages", opts->messages, "JSON file: a list of messages (or {\"messages\": [...]})");
   cmd->add_option("--tools", opts->tools, "JSON file: a list of tool definitions");

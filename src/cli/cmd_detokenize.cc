@@ -43,7 +43,7 @@ std::vector<int32_t> parse_ids(const std::string& s, const tokenizer::Tokenizer&
 void setup_detokenize(CLI::App& app) {
   auto o = std::make_shared<DetokenizeOptions>();
   CLI::App* cmd = app.add_subcommand("detokenize", "Decode token ids to text");
-  cmd->add_option("--tokenizer", o->tokenizer, "Tokenizer directory or tokenizer.json")->required();
+  cmd->add_option("--tokenizer", o->tokenizer, "Tokenizer directory, tokenizer.json, or a GGUF model file")->required();
   cmd->add_option("--ids", o->ids, "Token ids, comma or space separated")->required();
   cmd->add_flag("--skip-special", o->skip_special, "Drop special tokens");
   cmd->callback([o] {

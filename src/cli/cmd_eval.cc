@@ -139,7 +139,7 @@ void setup_perplexity(CLI::App* eval) {
       "Perplexity of a text file or token dataset with a sliding window: windows of --context tokens every "
       "--stride tokens, each scoring only the tokens no earlier window scored; per token and per UTF-8 byte (the "
       "bytes the scored tokens decode to, special tokens skipped)");
-  cmd->add_option("--model", o->model, "Model directory (config.json, safetensors, tokenizer.json)")->required();
+  cmd->add_option("--model", o->model, "Model directory (config.json, safetensors, tokenizer.json) or GGUF file")->required();
   cmd->add_option("--data", o->data,
                   "A text file (encoded whole with the model's tokenizer, special tokens added as by default: a BOS "
                   "where the tokenizer adds one) or a dataset directory from `astrai preprocess` (its `sequence` key as "
@@ -167,7 +167,7 @@ void setup_tasks(CLI::App* eval) {
       "choice). Trailing whitespace of the question moves to the front of each choice before tokenizing, as "
       "lm-evaluation-harness does; no space is added. The engine options below apply with --model");
   cmd->add_option("--tasks", o->tasks, "JSONL file of questions")->required();
-  cmd->add_option("--model", o->model, "Score locally with this model directory (needs tokenizer.json)");
+  cmd->add_option("--model", o->model, "Score locally with this model directory (needs tokenizer.json) or GGUF file");
   cmd->add_option("--url", o->url,
                   "Score over an OpenAI-compatible server instead: http://HOST:PORT or a base URL ending in /v1 (posts "
                   "to .../v1/completions), or the endpoint's full URL; the server tokenizes");

@@ -235,7 +235,7 @@ void run_generate(const GenerateOptions& o) {
 void setup_generate(CLI::App& app) {
   auto opts = std::make_shared<GenerateOptions>();
   auto* cmd = app.add_subcommand("generate", "Generate text with the inference engine");
-  cmd->add_option("--model", opts->model, "Model directory (config.json, safetensors, tokenizer.json)")->required();
+  cmd->add_option("--model", opts->model, "Model directory (config.json, safetensors, tokenizer.json) or GGUF file")->required();
   cmd->add_option("--prompt", opts->prompt, "Prompt text");
   cmd->add_option("--prompt-ids", opts->prompt_ids, "Prompt as token ids \"1,2,3\"");
   cmd->add_option("--messages", opts->messages, "Chat messages JSON file (rendered with the chat template)");

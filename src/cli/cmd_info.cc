@@ -134,7 +134,7 @@ void setup_info(CLI::App& app) {
   auto opts = std::make_shared<InfoOptions>();
   CLI::App* cmd = app.add_subcommand(
       "info", "This CPU's features and the kernels' level in use; with --model, a model's architecture, parameters and memory");
-  cmd->add_option("--model", opts->model, "Model directory (config.json + safetensors)");
+  cmd->add_option("--model", opts->model, "Model directory (config.json + safetensors) or GGUF file");
   cmd->add_flag("--json", opts->json, "Machine-readable output");
   cmd->callback([opts] { run_info(*opts); });
 }

@@ -33,7 +33,7 @@ void setup_quantize(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand(
       "quantize", "Write a checkpoint with quantized weight matrices (q8_0: blocks of 32 int8 and an f16 scale; q4_0: of 32 "
       "4-bit quants and an f16 scale)");
-  cmd->add_option("--model", opts->model, "model directory (config.json + safetensors; f32/bf16/f16, or quantized)")->required();
+  cmd->add_option("--model", opts->model, "model directory (config.json + safetensors; f32/bf16/f16, or quantized) or GGUF file (its vocabulary is written as tokenizer.json)")->required();
   cmd->add_option("--output", opts->output, "directory of the quantized checkpoint")->required();
   cmd->add_option("--type", opts->type, "weight format (q4_k is not implemented yet)")
       ->check(CLI::IsMember({"q8_0", "q4_0"}))

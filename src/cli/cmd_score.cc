@@ -185,7 +185,7 @@ void run_score(const ScoreOptions& o) {
 void setup_score(CLI::App& app) {
   auto opts = std::make_shared<ScoreOptions>();
   CLI::App* cmd = app.add_subcommand("score", "Log-probability of each token of a sequence given its prefix");
-  cmd->add_option("--model", opts->model, "Model directory (config.json + safetensors)")->required();
+  cmd->add_option("--model", opts->model, "Model directory (config.json + safetensors) or GGUF file")->required();
   cmd->add_option("--ids", opts->ids,
                   "Comma-separated token ids; repeat the option to score several sequences in one packed batch")
       ->required();

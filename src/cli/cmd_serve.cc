@@ -122,8 +122,8 @@ void run_serve(const ServeOptions& o) {
 void setup_serve(CLI::App& app) {
   auto opts = std::make_shared<ServeOptions>();
   CLI::App* cmd = app.add_subcommand("serve", "Serve a model over OpenAI- and Anthropic-compatible HTTP APIs");
-  cmd->add_option("--model", opts->model, "Model directory (config.json + safetensors)")->required();
-  cmd->add_option("--tokenizer", opts->tokenizer, "Tokenizer directory (default: the model directory)");
+  cmd->add_option("--model", opts->model, "Model directory (config.json + safetensors) or GGUF file")->required();
+  cmd->add_option("--tokenizer", opts->tokenizer, "Tokenizer directory or GGUF file (default: the model's)");
   cmd->add_option("--host", opts->host, "Address to listen on")->capture_default_str();
   cmd->add_option("--port", opts->port, "Port (0 = any free port)")->capture_default_str()->check(CLI::Range(0, 65535));
   cmd->add_option("--api-key", opts->api_keys, "Accepted API key (repeatable); none = no authentication");

@@ -99,8 +99,8 @@ void run_tokenize(const TokenizeOptions& o) {
 
 void setup_tokenize(CLI::App& app) {
   auto opts = std::make_shared<TokenizeOptions>();
-  CLI::App* cmd = app.add_subcommand("tokenize", "Encode text to token ids with a tokenizer.json");
-  cmd->add_option("--tokenizer", opts->tokenizer, "Tokenizer directory or tokenizer.json")->required();
+  CLI::App* cmd = app.add_subcommand("tokenize", "Encode text to token ids with a tokenizer.json or a GGUF file's vocabulary");
+  cmd->add_option("--tokenizer", opts->tokenizer, "Tokenizer directory, tokenizer.json, or a GGUF model file")->required();
   cmd->add_option("--text", opts->text, "Text to encode");
   cmd->add_option("--file", opts->file, "File whose contents to encode");
   cmd->add_flag("--json", opts->json, "Print {\"ids\": [...], \"tokens\": [...]}");

@@ -56,7 +56,7 @@ void setup_tokenizer(CLI::App& app) {
 
   auto c = std::make_shared<CodecOptions>();
   CLI::App* enc = cmd->add_subcommand("encode", "Encode text (prints ids)");
-  enc->add_option("--tokenizer", c->tokenizer, "Tokenizer directory or tokenizer.json")->required();
+  enc->add_option("--tokenizer", c->tokenizer, "Tokenizer directory, tokenizer.json, or a GGUF model file")->required();
   enc->add_option("--text", c->text, "Text")->required();
   enc->add_flag("--no-special", c->no_special, "Do not add BOS/EOS from the post-processor");
   enc->callback([c] {
@@ -66,7 +66,7 @@ void setup_tokenizer(CLI::App& app) {
     std::cout << line << "\n";
   });
   CLI::App* dec = cmd->add_subcommand("decode", "Decode ids (comma or space separated)");
-  dec->add_option("--tokenizer", c->tokenizer, "Tokenizer directory or tokenizer.json")->required();
+  dec->add_option("--tokenizer", c->tokenizer, "Tokenizer directory, tokenizer.json, or a GGUF model file")->required();
   dec->add_option("--ids", c->ids, "Ids")->required();
   dec->add_flag("--skip-special", c->skip_special, "Drop special tokens");
   dec->callback([c] {
