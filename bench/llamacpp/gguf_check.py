@@ -8,7 +8,8 @@ tokenize the texts to the same ids, the share of positions whose top-1 token is 
 largest difference of a log-probability (log-softmax of the logits, over the whole vocabulary).
 Files:
   * random-weight models of tests/model/gguf_oracle.py (llama with GQA, llama with biases and tied
-    embeddings, qwen2 with biases and linear RoPE scaling, qwen3 with qk-norm) written by gguf-py
+    embeddings, qwen2 with biases and linear RoPE scaling, qwen3 with qk-norm, llama with llama3 RoPE
+    scaling as per-pair frequency factors) written by gguf-py
     in F32, F16, BF16, Q8_0 and Q4_0, q/k permuted as llama.cpp's converter does;
   * the F32 llama file requantized by llama.cpp's own `llama-quantize --pure` to Q8_0 and Q4_0;
   * small llama models carrying real vocabularies (Llama-3, Qwen3 and GPT-4o byte-level BPE, Llama-2
@@ -132,6 +133,8 @@ def held_values(gguf, go, of, path, cfg):
     names = {go.gguf_name(gguf, n): n for n, _, _ in of.param_shapes(c)}
     out = {}
     for t in gguf.GGUFReader(path).tensors:
+        if t.name not in names:  # rope_freqs: part of the RoPE, which PyTorch computes from the config
+            continue
         hf = names[t.name]
         shape = tuple(int(x) for x in reversed(t.shape))
         v = gguf.quants.dequantize(t.data, t.tensor_type).reshape(shape).astype(np.float32)

@@ -73,6 +73,17 @@ RopeScaling parse_rope_scaling(const Json& j, int64_t max_pos, const std::string
     fail(w, ": contradictory \"rope_type\" (", type, ") and \"type\" (", type_old, ")");
   if (type.empty()) fail(w, ": missing \"rope_type\"");
   if (type == "default") return rs;
+  if (type == "freq_factors") {
+    rs.type = RopeScalingType::kFreqFactors;
+    auto f = r.find("freq_factors");
+    if (f == r.end() || !f->is_array() || f->empty()) fail(w, ": freq_factors needs a non-empty \"freq_factors\" list");
+    for (const auto& v : *f) {
+      if (!v.is_number() || !(v.get<double>() > 0) || !std::isfinite(v.get<double>()))
+        fail(w, ": freq_factors must be positive numbers");
+      rs.freq_factors.push_back(v.get<double>());
+    }
+    return rs;
+  }
   if (type == "linear") {
     rs.type = RopeScalingType::kLinear;
   } else if (type == "dynamic") {
@@ -80,7 +91,7 @@ RopeScaling parse_rope_scaling(const Json& j, int64_t max_pos, const std::string
   } else if (type == "llama3") {
     rs.type = RopeScalingType::kLlama3;
   } else {
-    fail(w, ": unsupported rope_type \"", type, "\" (supported: default, linear, dynamic, llama3)");
+    fail(w, ": unsupported rope_type \"", type, "\" (supported: default, linear, dynamic, llama3, freq_factors)");
   }
   rs.factor = json_required<double>(r, "factor", w);
   if (!(rs.factor >= 1.0) || !std::isfinite(rs.factor)) fail(w, ": factor must be >= 1, got ", rs.factor);
@@ -107,6 +118,7 @@ const char* rope_scaling_name(RopeScalingType t) {
     case RopeScalingType::kLinear: return "linear";
     case RopeScalingType::kDynamic: return "dynamic";
     case RopeScalingType::kLlama3: return "llama3";
+    case RopeScalingType::kFreqFactors: return "freq_factors";
   }
   return "?";
 }
@@ -265,6 +277,9 @@ void ModelConfig::validate(const std::string& where) const {
   } else if (head_dim % 2 != 0) {
     fail(where, ": head_dim must be even for RoPE, got ", head_dim);
   }
+  if (rope_scaling.type == RopeScalingType::kFreqFactors &&
+      static_cast<int64_t>(rope_scaling.freq_factors.size()) != rope_dim() / 2)
+    fail(where, ": ", rope_scaling.freq_factors.size(), " RoPE freq_factors for ", rope_dim() / 2, " rotated pairs");
   if (rope_scaling.type == RopeScalingType::kDynamic && rope_dim() <= 2)
     fail(where, ": dynamic rope scaling needs a rotary dimension > 2");
 }
@@ -318,7 +333,8 @@ Json ModelConfig::to_json() const {
   } else {
     Json r;
     r["rope_type"] = rope_scaling_name(rope_scaling.type);
-    r["factor"] = rope_scaling.factor;
+    if (rope_scaling.type == RopeScalingType::kFreqFactors) r["freq_factors"] = rope_scaling.freq_factors;
+    else r["factor"] = rope_scaling.factor;
     if (rope_scaling.type == RopeScalingType::kLlama3) {
       r["low_freq_factor"] = rope_scaling.low_freq_factor;
       r["high_freq_factor"] = rope_scaling.high_freq_factor;

@@ -16,11 +16,14 @@ namespace astrai::model {
 // How RoPE pairs the dimensions it rotates (kernels/rope_pairing.h: one type for config and kernels).
 using kernels::RopePairing;
 
-enum class RopeScalingType { kNone, kLinear, kDynamic, kLlama3 };
+// kFreqFactors: each rotated pair's frequency divided by its own factor (llama.cpp's rope_freqs
+// tensor, how GGUF files carry llama3 scaling): {"rope_type": "freq_factors", "freq_factors": [...]}.
+enum class RopeScalingType { kNone, kLinear, kDynamic, kLlama3, kFreqFactors };
 
 struct RopeScaling {
   RopeScalingType type = RopeScalingType::kNone;
   double factor = 1.0;
+  std::vector<double> freq_factors;  // kFreqFactors: one per rotated pair (rope_dim / 2)
   // llama3: the context the frequencies were trained for and the band edges.
   double low_freq_factor = 1.0;
   double high_freq_factor = 4.0;

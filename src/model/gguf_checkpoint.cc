@@ -153,11 +153,23 @@ Json gguf_hf_config(const GgufFile& g) {
   c["head_dim"] = head_dim;
   if (auto rot = meta<int64_t>(g, a + "rope.dimension_count"); rot && *rot != head_dim)
     fail(path, ": RoPE over ", *rot, " of ", head_dim, " head dimensions (partial rotary) is not supported");
-  if (find_tensor(g, "rope_freqs.weight"))
-    fail(path, ": RoPE frequency factors (rope_freqs.weight, llama3-style scaling) are not supported yet");
   const std::string scaling = meta<std::string>(g, a + "rope.scaling.type").value_or("none");
   const double factor = meta<double>(g, a + "rope.scaling.factor").value_or(meta<double>(g, a + "rope.scale_linear").value_or(1.0));
-  if (scaling == "linear" || (scaling == "none" && factor != 1.0)) {
+  if (const GgufTensorRecord* ff = find_tensor(g, "rope_freqs.weight")) {
+    // Per-pair frequency factors (how llama.cpp's converter writes llama3 scaling).
+    if (ff->ggml_type != 0 || ff->dims.size() != 1 || ff->dims[0] != head_dim / 2)
+      fail(path, ": rope_freqs.weight must be F32 [", head_dim / 2, "]");
+    if (ff->offset > g.file->size() || 4 * static_cast<uint64_t>(ff->dims[0]) > g.file->size() - ff->offset)
+      fail(path, ": tensor \"rope_freqs.weight\" lies past the end of the file: truncated?");
+    Json factors = Json::array();
+    for (int64_t i = 0; i < ff->dims[0]; ++i) {
+      float v;
+      std::memcpy(&v, g.file->data() + ff->offset + 4 * i, 4);
+      factors.push_back(static_cast<double>(v));
+    }
+    c["rope_scaling"] = {{"rope_type", "freq_factors"}, {"freq_factors", factors}};
+    if (scaling != "none" || factor != 1.0) fail(path, ": rope_freqs.weight together with ", a, "rope.scaling.*");
+  } else if (scaling == "linear" || (scaling == "none" && factor != 1.0)) {
     c["rope_scaling"] = {{"rope_type", "linear"}, {"factor", factor}};
   } else if (scaling != "none") {
     fail(path, ": RoPE scaling \"", scaling, "\" is not supported (none, linear)");
@@ -193,6 +205,7 @@ Checkpoint load_gguf_checkpoint(const std::string& path, WeightPlacement placeme
   TensorMap tensors;
   std::map<DType, int> block_matrices;
   for (const auto& r : g.tensors) {
+    if (r.name == "rope_freqs.weight") continue;  // in the config (gguf_hf_config)
     const std::string name = hf_name(r.name);
     Tensor t = mapped_tensor(g, r);
     const std::string where = path + ": tensor \"" + r.name + "\"";

@@ -4,8 +4,9 @@
 // tensors F32, F16, BF16, Q8_0 and Q4_0 (docs/quantization.md). llama.cpp's converter permutes the
 // rows of q and k (and their biases) of "llama" models for its adjacent-pair RoPE; those are
 // un-permuted into memory at load, so the model computes exactly what the Hugging Face checkpoint does.
-// Anything else (other architectures, tensor types, llama3 RoPE frequency factors, partial RoPE)
-// is an astrai::Error naming it.
+// RoPE frequency factors (rope_freqs.weight: llama3 scaling as the converter writes it) divide each
+// pair's frequency, as llama.cpp does. Anything else (other architectures, tensor types, YaRN,
+// partial RoPE) is an astrai::Error naming it.
 #pragma once
 
 #include <string>

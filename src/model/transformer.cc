@@ -54,7 +54,13 @@ void rope_inv_freq_into(const ModelConfig& c, int64_t seq_len, std::vector<doubl
       inv[static_cast<size_t>(i)] = std::pow(base, -static_cast<double>(2 * i) / static_cast<double>(dim));
     }
   }
-  if (rs.type == RopeScalingType::kLinear) {
+  if (rs.type == RopeScalingType::kFreqFactors) {  // llama.cpp: theta / freq_factor
+    for (int64_t i = 0; i < half; ++i) {
+      auto& f = inv[static_cast<size_t>(i)];
+      const double ff = rs.freq_factors[static_cast<size_t>(i)];
+      f = f32 ? static_cast<double>(static_cast<float>(f) / static_cast<float>(ff)) : f / ff;
+    }
+  } else if (rs.type == RopeScalingType::kLinear) {
     for (auto& f : inv) f = f32 ? static_cast<float>(static_cast<float>(f) / static_cast<float>(rs.factor)) : f / rs.factor;
   } else if (rs.type == RopeScalingType::kLlama3) {
     const double old_len = static_cast<double>(rs.original_max_position_embeddings);

@@ -21,6 +21,7 @@ The comparison with llama.cpp's own inference on the same files is bench/llamacp
 Usage: gguf_oracle.py   (ASTRAI_BIN names the binary, ASTRAI_ASSETS the assets directory)
 """
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -44,6 +45,8 @@ MODELS = {
                                  rope_theta=1000000.0, tie_word_embeddings=True,
                                  rope_scaling={"type": "linear", "factor": 2.0}),
     "qwen3_qknorm": of.base("qwen3", num_attention_heads=8, num_key_value_heads=1, head_dim=24),
+    # llama3 RoPE scaling, which the converter writes as per-pair frequency factors (rope_freqs).
+    "llama3_freq_factors": of.MODELS["llama_gqa4_llama3"][0],
 }
 TYPES = ["F32", "F16", "BF16", "Q8_0", "Q4_0"]
 VOCABS = {"llama3": ("gpt2", "llama-bpe"), "qwen3": ("gpt2", "qwen2"), "gpt4o": ("gpt2", "gpt-4o"),
@@ -77,6 +80,25 @@ def permute(w, heads):
     return w.reshape(heads, 2, w.shape[0] // heads // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
+def llama3_freq_factors(cfg):
+    """The per-pair factors llama3 scaling divides each frequency by (the converter's rope_freqs)."""
+    c, rs = of.Cfg(cfg), cfg["rope_scaling"]
+    freqs = 1.0 / (cfg["rope_theta"] ** (np.arange(0, c.hd, 2, dtype=np.float32) / c.hd))
+    old = rs["original_max_position_embeddings"]
+    low, high, factor = rs["low_freq_factor"], rs["high_freq_factor"], rs["factor"]
+    out = []
+    for f in freqs:
+        wavelen = 2 * math.pi / f
+        if wavelen < old / high:
+            out.append(1.0)
+        elif wavelen > old / low:
+            out.append(factor)
+        else:
+            smooth = (old / wavelen - low) / (high - low)
+            out.append(1 / ((1 - smooth) / factor + smooth))
+    return np.array(out, dtype=np.float32)
+
+
 def placeholder_vocab(wr, n):
     """A SentencePiece-style vocabulary of n pieces (the model tests feed ids)."""
     tokens = ["<unk>", "<s>", "</s>"] + ["tok%d" % i for i in range(3, n)]
@@ -105,7 +127,9 @@ def write_model_meta(wr, cfg, ttype, vocab=None):
     if "head_dim" in cfg:
         wr.add_key_length(c.hd)
         wr.add_value_length(c.hd)
-    if cfg.get("rope_scaling"):
+    if cfg.get("rope_scaling", {}).get("rope_type") == "llama3":
+        pass  # a rope_freqs tensor (write_model_gguf)
+    elif cfg.get("rope_scaling"):
         wr.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
         wr.add_rope_scaling_factor(cfg["rope_scaling"]["factor"])
     wr.add_vocab_size(c.vocab)
@@ -124,6 +148,8 @@ def write_model_gguf(path, cfg, W, ttype, vocab=None):
     c = of.Cfg(cfg)
     wr = gguf.GGUFWriter(path, arch)
     write_model_meta(wr, cfg, ttype, vocab)
+    if cfg.get("rope_scaling", {}).get("rope_type") == "llama3":
+        wr.add_tensor(gguf.TENSOR_NAMES[gguf.MODEL_TENSOR.ROPE_FREQS] + ".weight", llama3_freq_factors(cfg))
     held = {}
     for hf, t in W.items():
         a = t.numpy().astype(np.float32)
@@ -168,7 +194,11 @@ def test_model(name, tmp, lv):
         path = os.path.join(tmp, "%s_%s.gguf" % (name, ttype))
         ref = os.path.join(tmp, "%s_%s_ref" % (name, ttype))
         held = write_model_gguf(path, cfg, W, ttype)
-        of.save_model(ref, cfg, [(n, held[n]) for n, _, _ in of.param_shapes(c)], "F32")
+        ref_cfg = dict(cfg)
+        if cfg.get("rope_scaling", {}).get("rope_type") == "llama3":  # the file's factors, not the formula
+            ref_cfg["rope_scaling"] = {"rope_type": "freq_factors",
+                                       "freq_factors": [float(x) for x in llama3_freq_factors(cfg)]}
+        of.save_model(ref, ref_cfg, [(n, held[n]) for n, _, _ in of.param_shapes(c)], "F32")
         want = qo.score_at("auto", ref, seqs, tmp)
         for level in (lv if ttype in ("Q4_0", "BF16") else ["auto"]):
             got = qo.score_at(level, path, seqs, tmp)
