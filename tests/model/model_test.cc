@@ -116,6 +116,21 @@ TEST(ModelConfig, ReferenceAliasesAndRoundTrip) {
                            {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 64}};
   const ModelConfig sc = ModelConfig::from_json(s);
   EXPECT_EQ(ModelConfig::from_json(sc.to_json()).to_json(), sc.to_json());
+
+  // Per-pair frequency factors (GGUF's rope_freqs): one per rotated pair, each dividing its frequency.
+  const int64_t half = ModelConfig::from_json(llama_json()).head_dim / 2;
+  Json f = llama_json();
+  std::vector<double> factors(static_cast<size_t>(half), 1.0);
+  factors.back() = 8.0;
+  f["rope_scaling"] = Json{{"rope_type", "freq_factors"}, {"freq_factors", factors}};
+  const ModelConfig fc = ModelConfig::from_json(f);
+  EXPECT_EQ(fc.rope_scaling.type, RopeScalingType::kFreqFactors);
+  EXPECT_EQ(ModelConfig::from_json(fc.to_json()).to_json(), fc.to_json());
+  const std::vector<double> plain = rope_inv_freq(ModelConfig::from_json(llama_json()), 0);
+  const std::vector<double> divided = rope_inv_freq(fc, 0);
+  ASSERT_EQ(divided.size(), plain.size());
+  EXPECT_EQ(divided.front(), plain.front());
+  EXPECT_EQ(static_cast<float>(divided.back()), static_cast<float>(plain.back()) / 8.0f);
 }
 
 TEST(ModelConfig, ErrorsNameTheProblem) {
@@ -141,6 +156,11 @@ TEST(ModelConfig, ErrorsNameTheProblem) {
   j = llama_json();
   j["rope_scaling"] = Json{{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 1.0}, {"high_freq_factor", 4.0}};
   EXPECT_NE(err(j).find("original_max_position_embeddings"), std::string::npos);
+  j = llama_json();
+  j["rope_scaling"] = Json{{"rope_type", "freq_factors"}, {"freq_factors", {1.0, 2.0}}};
+  EXPECT_NE(err(j).find("2 RoPE freq_factors for"), std::string::npos);
+  j["rope_scaling"] = Json{{"rope_type", "freq_factors"}, {"freq_factors", {1.0, -2.0}}};
+  EXPECT_NE(err(j).find("freq_factors must be positive"), std::string::npos);
   j = llama_json();
   j["rope_scaling"] = Json{{"rope_type", "linear"}, {"type", "dynamic"}, {"factor", 2.0}};
   EXPECT_NE(err(j).find("contradictory"), std::string::npos);
