@@ -134,6 +134,15 @@ inline Part pload_q4(const uint8_t* b, int64_t off, int) {
   const float d = _cvtsh_ss(dh);
   return _mm512_fmsub_ps(_mm512_cvtepi32_ps(n), _mm512_set1_ps(d), _mm512_set1_ps(8.0f * d));
 }
+// 16 Q4_K weights: the nibbles (q >> shift) & 15 of the 16 bytes at q, times d1 minus m1 (the
+// sub-block's d * sc and dmin * m). One rounding: n * d1 is exact, so fused or not, the bits
+// are those of the final subtraction.
+inline Part pload_q4k(const uint8_t* q, int shift, float d1, float m1, int) {
+  const __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q)));
+  const __m512i n = _mm512_and_si512(_mm512_srl_epi32(b, _mm_cvtsi32_si128(shift)), _mm512_set1_epi32(15));
+  return _mm512_fmsub_ps(_mm512_cvtepi32_ps(n), _mm512_set1_ps(d1), _mm512_set1_ps(m1));
+}
+inline float f16_scalar(uint16_t h) { return _cvtsh_ss(h); }
 inline Part pfma(Part a, Part b, Part c) { return _mm512_fmadd_ps(a, b, c); }
 inline void ppin(Part& a) { asm("" : "+v"(a)); }
 
@@ -250,6 +259,12 @@ inline Part pload_q4(const uint8_t* b, int64_t off, int h) {
   const float d = _cvtsh_ss(dh);
   return _mm256_fmsub_ps(_mm256_cvtepi32_ps(n), _mm256_set1_ps(d), _mm256_set1_ps(8.0f * d));
 }
+inline Part pload_q4k(const uint8_t* q, int shift, float d1, float m1, int h) {
+  const __m256i b = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + 8 * h)));
+  const __m256i n = _mm256_and_si256(_mm256_srl_epi32(b, _mm_cvtsi32_si128(shift)), _mm256_set1_epi32(15));
+  return _mm256_fmsub_ps(_mm256_cvtepi32_ps(n), _mm256_set1_ps(d1), _mm256_set1_ps(m1));
+}
+inline float f16_scalar(uint16_t h) { return _cvtsh_ss(h); }
 inline Part pfma(Part a, Part b, Part c) { return _mm256_fmadd_ps(a, b, c); }
 inline void ppin(Part& a) { asm("" : "+x"(a)); }
 
@@ -374,6 +389,15 @@ inline Part pload_q4(const uint8_t* b, int64_t off, int h) {
   const uint32x4_t n = off ? vshrq_n_u32(q, 4) : vandq_u32(q, vdupq_n_u32(15));
   return vmulq_n_f32(vcvtq_f32_s32(vsubq_s32(vreinterpretq_s32_u32(n), vdupq_n_s32(8))), d);
 }
+// -m1 + n * d1 in one rounding: the same bits as n * d1 - m1 (the product is exact).
+inline Part pload_q4k(const uint8_t* q, int shift, float d1, float m1, int h) {
+  uint32_t q4;
+  std::memcpy(&q4, q + 4 * h, 4);
+  const uint32x4_t b = vmovl_u16(vget_low_u16(vmovl_u8(vreinterpret_u8_u32(vdup_n_u32(q4)))));
+  const uint32x4_t n = vandq_u32(vshlq_u32(b, vdupq_n_s32(-shift)), vdupq_n_u32(15));
+  return vfmaq_f32(vdupq_n_f32(-m1), vcvtq_f32_u32(n), vdupq_n_f32(d1));
+}
+inline float f16_scalar(uint16_t h) { return vgetq_lane_f32(vcvt_f32_f16(vreinterpret_f16_u16(vdup_n_u16(h))), 0); }
 inline Part pfma(Part a, Part b, Part c) { return vfmaq_f32(c, a, b); }
 inline void ppin(Part& a) { asm("" : "+w"(a)); }
 
@@ -450,6 +474,10 @@ inline Part pload_q4(const uint8_t* b, int64_t off, int) {
   const float d = f16_widen(dh);
   return map16([&](int l) { return static_cast<float>((off ? b[2 + l] >> 4 : b[2 + l] & 15) - 8) * d; });
 }
+inline Part pload_q4k(const uint8_t* q, int shift, float d1, float m1, int) {
+  return map16([&](int l) { return static_cast<float>((q[l] >> shift) & 15) * d1 - m1; });
+}
+inline float f16_scalar(uint16_t h) { return f16_widen(h); }
 inline Part pfma(Part a, Part b, Part c) { return vfma(a, b, c); }
 inline void ppin(Part&) {}
 
