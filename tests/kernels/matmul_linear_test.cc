@@ -251,6 +251,13 @@ TEST(LinearBlocks, Q4_KLayout) {
     const float want = 0.5f * static_cast<float>(sc[sub]) * static_cast<float>(q) - 0.25f * static_cast<float>(m[sub]);
     ASSERT_EQ(y[e], want) << "element " << e;
   }
+  // The kernel's widening (decode path, W read in place) of the same row: x = unit vector e.
+  for (int e = 0; e < 256; ++e) {
+    float x[256] = {}, out = NAN;
+    x[e] = 1.0f;
+    linear(x, 1, WeightView{b, DType::kQ4_K, 1, 256}, nullptr, &out);
+    ASSERT_EQ(out, y[e]) << "linear, element " << e;
+  }
   EXPECT_EQ(y[0], -1.25f);             // q 0, sub-block 0: -0.25 * 5
   EXPECT_EQ(y[32 * 4 + 1], 18.5f - 2.75f);  // sub-block 4 (high bits of sc in byte 0): 0.5 * 37 * 1 - 0.25 * 11
   EXPECT_EQ(y[224], 464.25f);           // sub-block 7 (sc 63, m 33), high nibble 15 of chunk 3's byte 0

@@ -75,19 +75,26 @@ constexpr int64_t row_bytes(int64_t k) {
   else return k * kElemBytes<T>;
 }
 
-// A Q4_K sub-block's multipliers: d * sc (in dm[j]) and dmin * m (in dm[8 + j]) for j < 8, from
-// the block at b; exact products (an f16 times a 6-bit integer).
+// A Q4_K block's sub-block multipliers: d * sc[j] in dm[j] and dmin * m[j] in dm[8 + j] (j < 8),
+// from the block at b; exact products (an f16 times a 6-bit integer). The 6-bit fields are
+// unpacked 4 at a time from the 12 scale bytes as 32-bit little-endian words (q4_k_scale_min
+// gives the same values one at a time), then widened and scaled 16 lanes at once.
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "q4k_multipliers reads little-endian words");
 inline void q4k_multipliers(const uint8_t* b, float* dm) {
   uint16_t dh, mh;
   std::memcpy(&dh, b, 2);
   std::memcpy(&mh, b + 2, 2);
-  const float d = f16_scalar(dh), dmin = f16_scalar(mh);
-  for (int j = 0; j < 8; ++j) {
-    int sc, m;
-    q4_k_scale_min(b + kQ4KScalesAt, j, &sc, &m);
-    dm[j] = d * static_cast<float>(sc);
-    dm[8 + j] = dmin * static_cast<float>(m);
-  }
+  uint32_t w[3];
+  std::memcpy(w, b + kQ4KScalesAt, 12);
+  const uint32_t six[4] = {
+      w[0] & 0x3f3f3f3fu,                                         // sc[0..3]
+      (w[2] & 0x0f0f0f0fu) | ((w[0] >> 2) & 0x30303030u),         // sc[4..7]
+      w[1] & 0x3f3f3f3fu,                                         // m[0..3]
+      ((w[2] >> 4) & 0x0f0f0f0fu) | ((w[1] >> 2) & 0x30303030u),  // m[4..7]
+  };
+  uint8_t bytes[16];
+  std::memcpy(bytes, six, 16);
+  widen_u8_scaled(bytes, f16_scalar(dh), f16_scalar(mh), dm);
 }
 
 // The 16 quant bytes of Q4_K elements off..off+15 (off a multiple of 16 below 256) and the shift

@@ -143,6 +143,11 @@ inline Part pload_q4k(const uint8_t* q, int shift, float d1, float m1, int) {
   return _mm512_fmsub_ps(_mm512_cvtepi32_ps(n), _mm512_set1_ps(d1), _mm512_set1_ps(m1));
 }
 inline float f16_scalar(uint16_t h) { return _cvtsh_ss(h); }
+// out[l] = float(p[l]) * (l < 8 ? a : b) for the 16 bytes at p.
+inline void widen_u8_scaled(const uint8_t* p, float a, float b, float* out) {
+  const __m512 v = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+  _mm512_storeu_ps(out, _mm512_mul_ps(v, _mm512_insertf32x8(_mm512_set1_ps(a), _mm256_set1_ps(b), 1)));
+}
 inline Part pfma(Part a, Part b, Part c) { return _mm512_fmadd_ps(a, b, c); }
 inline void ppin(Part& a) { asm("" : "+v"(a)); }
 
@@ -265,6 +270,13 @@ inline Part pload_q4k(const uint8_t* q, int shift, float d1, float m1, int h) {
   return _mm256_fmsub_ps(_mm256_cvtepi32_ps(n), _mm256_set1_ps(d1), _mm256_set1_ps(m1));
 }
 inline float f16_scalar(uint16_t h) { return _cvtsh_ss(h); }
+inline __m256 u8x8(const uint8_t* p) {
+  return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+}
+inline void widen_u8_scaled(const uint8_t* p, float a, float b, float* out) {
+  _mm256_storeu_ps(out, _mm256_mul_ps(u8x8(p), _mm256_set1_ps(a)));
+  _mm256_storeu_ps(out + 8, _mm256_mul_ps(u8x8(p + 8), _mm256_set1_ps(b)));
+}
 inline Part pfma(Part a, Part b, Part c) { return _mm256_fmadd_ps(a, b, c); }
 inline void ppin(Part& a) { asm("" : "+x"(a)); }
 
@@ -398,6 +410,14 @@ inline Part pload_q4k(const uint8_t* q, int shift, float d1, float m1, int h) {
   return vfmaq_f32(vdupq_n_f32(-m1), vcvtq_f32_u32(n), vdupq_n_f32(d1));
 }
 inline float f16_scalar(uint16_t h) { return vgetq_lane_f32(vcvt_f32_f16(vreinterpret_f16_u16(vdup_n_u16(h))), 0); }
+inline void widen_u8_scaled(const uint8_t* p, float a, float b, float* out) {
+  const uint8x16_t v = vld1q_u8(p);
+  const uint16x8_t lo = vmovl_u8(vget_low_u8(v)), hi = vmovl_u8(vget_high_u8(v));
+  vst1q_f32(out, vmulq_n_f32(vcvtq_f32_u32(vmovl_u16(vget_low_u16(lo))), a));
+  vst1q_f32(out + 4, vmulq_n_f32(vcvtq_f32_u32(vmovl_u16(vget_high_u16(lo))), a));
+  vst1q_f32(out + 8, vmulq_n_f32(vcvtq_f32_u32(vmovl_u16(vget_low_u16(hi))), b));
+  vst1q_f32(out + 12, vmulq_n_f32(vcvtq_f32_u32(vmovl_u16(vget_high_u16(hi))), b));
+}
 inline Part pfma(Part a, Part b, Part c) { return vfmaq_f32(c, a, b); }
 inline void ppin(Part& a) { asm("" : "+w"(a)); }
 
@@ -478,6 +498,9 @@ inline Part pload_q4k(const uint8_t* q, int shift, float d1, float m1, int) {
   return map16([&](int l) { return static_cast<float>((q[l] >> shift) & 15) * d1 - m1; });
 }
 inline float f16_scalar(uint16_t h) { return f16_widen(h); }
+inline void widen_u8_scaled(const uint8_t* p, float a, float b, float* out) {
+  for (int l = 0; l < 16; ++l) out[l] = static_cast<float>(p[l]) * (l < 8 ? a : b);
+}
 inline Part pfma(Part a, Part b, Part c) { return vfma(a, b, c); }
 inline void ppin(Part&) {}
 
