@@ -29,7 +29,7 @@ double linear_seconds(int64_t m, int64_t n, int64_t k, DType dtype, double min_s
   std::vector<uint16_t> wh;
   std::vector<uint8_t> wq;
   const void* data = wf.data();
-  if (dtype == DType::kQ8_0) {
+  if (is_block_type(dtype)) {
     wq.resize(dtype_bytes(dtype, n * k));
     convert_from_f32(wf.data(), dtype, wq.data(), wf.size());
     data = wq.data();
@@ -116,19 +116,19 @@ int main(int argc, char** argv) {
 
   std::printf("\n== decode GEMV: weight GB/s read (vs 2-thread copy %.1f GB/s, read %.1f GB/s) ==\n", bw[2].copy_gbs,
               bw[2].read_gbs);
-  std::printf("%3s %6s %6s %5s %3s | %8s %8s\n", "M", "N", "K", "dtype", "thr", "GB/s", "%copy");
+  std::printf("%3s %6s %6s %5s %3s | %8s %8s %9s\n", "M", "N", "K", "dtype", "thr", "GB/s", "%copy", "Gweight/s");
   // ~200 MB of f32 weights per call so caches do not help: 4 x (25600 x 2048) stand-ins (Q8_0:
-  // 53 MB, still far larger than the caches).
+  // 53 MB, Q4_0 and Q4_K 28 MB, still far larger than the caches).
   for (int threads : {1, 2}) {
     set_num_threads(threads);
-    for (DType dt : {DType::kF32, DType::kBF16, DType::kF16, DType::kQ8_0}) {
+    for (DType dt : {DType::kF32, DType::kBF16, DType::kF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_K}) {
       for (int64_t m : {1, 8}) {
         const int64_t n = 24576, k = 2048;
         const double s = linear_seconds(m, n, k, dt, t_min);
         const double gbs = static_cast<double>(dtype_bytes(dt, n * k)) / s / 1e9;
-        std::printf("%3ld %6ld %6ld %5s %3d | %8.1f %7.0f%%\n", static_cast<long>(m), static_cast<long>(n),
+        std::printf("%3ld %6ld %6ld %5s %3d | %8.1f %7.0f%% %9.2f\n", static_cast<long>(m), static_cast<long>(n),
                     static_cast<long>(k), std::string(dtype_name(dt)).c_str(), threads, gbs,
-                    100 * gbs / bw[2].copy_gbs);
+                    100 * gbs / bw[2].copy_gbs, static_cast<double>(n * k) / s / 1e9);
       }
     }
     if (threads == 2) {

@@ -54,11 +54,12 @@ std::vector<ModelWeights::ConstParam> ModelWeights::params(const ModelConfig& co
 
 namespace {
 
-// A Q8_0 / Q4_0 matrix as `astrai quantize` stores it: U8 [rows, cols / 32 * block bytes], each
-// row's blocks in order (docs/quantization.md); read in place as a tensor of the expected shape.
+// A Q8_0 / Q4_0 / Q4_K matrix as `astrai quantize` stores it: U8 [rows, cols / block * block
+// bytes], each row's blocks in order (docs/quantization.md); read in place as a tensor of the
+// expected shape.
 Tensor block_matrix(const Tensor& t, DType dtype, const Shape& expected, const std::string& name,
                     const std::string& where) {
-  const bool matrix = expected.size() == 2 && expected[1] % kQBlock == 0;
+  const bool matrix = expected.size() == 2 && expected[1] % block_elems(dtype) == 0;
   const int64_t bytes = matrix ? static_cast<int64_t>(dtype_bytes(dtype, expected[1])) : 0;
   if (!matrix || t.ndim() != 2 || t.dim(0) != expected[0] || t.dim(1) != bytes)
     fail(where, ": tensor \"", name, "\" is U8 ", shape_str(t.shape()), ", not ", dtype_name(dtype), " blocks of ",
@@ -89,8 +90,8 @@ ModelWeights ModelWeights::from_tensors(const ModelConfig& config, const TensorM
     if (t.dtype() != DType::kF32 && t.dtype() != DType::kBF16 && t.dtype() != DType::kF16 && t.dtype() != blocks &&
         !typed_blocks)
       fail(where, ": tensor \"", name, "\" has unsupported dtype ", dtype_name(t.dtype()), " (need F32, BF16 or F16",
-           quantized ? str_cat("; ", dtype_name(blocks), " matrices are U8 [rows, cols / 32 * ",
-                               dtype_bytes(blocks, kQBlock), "]")
+           quantized ? str_cat("; ", dtype_name(blocks), " matrices are U8 [rows, cols / ", block_elems(blocks), " * ",
+                               block_bytes(blocks), "]")
                      : std::string(), ")");
     if (t.shape() != p.shape)
       fail(where, ": tensor \"", name, "\" has shape ", shape_str(t.shape()), ", expected ", shape_str(p.shape));

@@ -19,7 +19,7 @@ constexpr DTypeInfo kInfos[] = {
     {DType::kF32, "F32", 4}, {DType::kF16, "F16", 2}, {DType::kBF16, "BF16", 2}, {DType::kI32, "I32", 4},
     {DType::kI64, "I64", 8}, {DType::kU8, "U8", 1},   {DType::kI8, "I8", 1},     {DType::kU16, "U16", 2},
     {DType::kBool, "BOOL", 1}, {DType::kF64, "F64", 8}, {DType::kQ8_0, "Q8_0", kQ8BlockBytes, kQBlock},
-    {DType::kQ4_0, "Q4_0", kQ4BlockBytes, kQBlock},
+    {DType::kQ4_0, "Q4_0", kQ4BlockBytes, kQBlock}, {DType::kQ4_K, "Q4_K", kQ4KBlockBytes, kQKBlock},
 };
 }  // namespace
 
@@ -61,6 +61,157 @@ void quantize_q4_0_block(const float* x, uint8_t* block) {
   for (int64_t j = 0; j < kQBlock / 2; ++j) {
     const auto q = [&](float v) { return static_cast<uint8_t>(std::min(15, static_cast<int>(static_cast<int8_t>(v * id + 8.5f)))); };
     block[2 + j] = static_cast<uint8_t>(q(x[j]) | (q(x[kQBlock / 2 + j]) << 4));
+  }
+}
+
+namespace {
+
+// Round to nearest, ties to even, as llama.cpp's nearest_int computes it: v + 1.5 * 2^23 lands
+// in [2^23, 2^24), where the float spacing is 1, so the addition rounds v to an integer, kept in
+// the low mantissa bits. Exact for |v| < 2^22; any other v (and NaN) gives the same garbage as
+// llama.cpp's, which byte equality needs.
+int nearest_even(float v) {
+  const float shifted = v + 12582912.0f;
+  int32_t bits;
+  std::memcpy(&bits, &shifted, sizeof bits);
+  return (bits & 0x007fffff) - 0x00400000;
+}
+
+// The fit of one Q4_K sub-block (llama.cpp's make_qkx2_quants with n = 32, nmax = 15, rmin = -1,
+// rdelta = 0.1, nstep = 20, squared error): x[i] ~ scale * L[i] + lo with L[i] in [0, 15] and
+// lo <= 0, minimising sum w[i] * err^2. Returns scale, *neg_lo = -lo. The expressions keep
+// llama.cpp's order of f32 operations (this file is compiled without FMA contraction).
+float q4_k_fit(const float* x, const float* w, uint8_t* L, float* neg_lo) {
+  constexpr int n = 32, nmax = 15, nstep = 20;
+  constexpr float rmin = -1.0f, rdelta = 0.1f;
+  float lo = x[0], hi = x[0];
+  float sum_w = w[0];
+  float sum_x = sum_w * x[0];
+  for (int i = 1; i < n; ++i) {
+    if (x[i] < lo) lo = x[i];
+    if (x[i] > hi) hi = x[i];
+    sum_w += w[i];
+    sum_x += w[i] * x[i];
+  }
+  if (lo > 0) lo = 0;
+  if (hi == lo) {
+    for (int i = 0; i < n; ++i) L[i] = 0;
+    *neg_lo = -lo;
+    return 0.0f;
+  }
+  float iscale = nmax / (hi - lo);
+  float scale = 1 / iscale;
+  float best = 0;
+  for (int i = 0; i < n; ++i) {
+    L[i] = static_cast<uint8_t>(std::max(0, std::min(nmax, nearest_even(iscale * (x[i] - lo)))));
+    float diff = scale * L[i] + lo - x[i];
+    diff = diff * diff;
+    best += w[i] * diff;
+  }
+  uint8_t cand[n];
+  // lo is the best candidate's so far: later grids are laid from it (as in llama.cpp).
+  for (int is = 0; is <= nstep; ++is) {
+    iscale = (rmin + rdelta * is + nmax) / (hi - lo);
+    float sum_l = 0, sum_l2 = 0, sum_xl = 0;
+    for (int i = 0; i < n; ++i) {
+      const int l = std::max(0, std::min(nmax, nearest_even(iscale * (x[i] - lo))));
+      cand[i] = static_cast<uint8_t>(l);
+      sum_l += w[i] * l;
+      sum_l2 += w[i] * l * l;
+      sum_xl += w[i] * l * x[i];
+    }
+    const float det = sum_w * sum_l2 - sum_l * sum_l;
+    if (det > 0) {
+      float s = (sum_w * sum_xl - sum_x * sum_l) / det;
+      float m = (sum_l2 * sum_x - sum_l * sum_xl) / det;
+      if (m > 0) {
+        m = 0;
+        s = sum_xl / sum_l2;
+      }
+      float err = 0;
+      for (int i = 0; i < n; ++i) {
+        float diff = s * cand[i] + m - x[i];
+        diff = diff * diff;
+        err += w[i] * diff;
+      }
+      if (err < best) {
+        std::memcpy(L, cand, n);
+        best = err;
+        scale = s;
+        lo = m;
+      }
+    }
+  }
+  *neg_lo = -lo;
+  return scale;
+}
+
+}  // namespace
+
+void quantize_q4_k_block(const float* x, uint8_t* block) {
+  constexpr int kSub = kQKBlock / kQBlock;  // 8 sub-blocks
+  uint8_t L[kQKBlock];
+  float scales[kSub], mins[kSub], w[kQBlock];
+  float max_scale = 0, max_min = 0;  // the mins are subtracted, so scales are positive
+  for (int j = 0; j < kSub; ++j) {
+    const float* xj = x + kQBlock * j;
+    float sum_x2 = 0;
+    for (int i = 0; i < kQBlock; ++i) sum_x2 += xj[i] * xj[i];
+    const float av_x = std::sqrt(sum_x2 / kQBlock);
+    for (int i = 0; i < kQBlock; ++i) w[i] = av_x + std::fabs(xj[i]);
+    scales[j] = q4_k_fit(xj, w, L + kQBlock * j, &mins[j]);
+    if (scales[j] > max_scale) max_scale = scales[j];
+    if (mins[j] > max_min) max_min = mins[j];
+  }
+  const float inv_scale = max_scale > 0 ? 63.0f / max_scale : 0.0f;
+  const float inv_min = max_min > 0 ? 63.0f / max_min : 0.0f;
+  uint8_t* packed = block + kQ4KScalesAt;
+  std::memset(packed, 0, 12);
+  for (int j = 0; j < kSub; ++j) {
+    // The int result is narrowed to 8 bits before the clamp (a negative scale wraps, then clamps to 63).
+    const uint8_t ls = std::min<uint8_t>(63, static_cast<uint8_t>(nearest_even(inv_scale * scales[j])));
+    const uint8_t lm = std::min<uint8_t>(63, static_cast<uint8_t>(nearest_even(inv_min * mins[j])));
+    if (j < 4) {
+      packed[j] = ls;
+      packed[j + 4] = lm;
+    } else {
+      packed[j + 4] = static_cast<uint8_t>((ls & 15) | ((lm & 15) << 4));
+      packed[j - 4] |= static_cast<uint8_t>((ls >> 4) << 6);
+      packed[j] |= static_cast<uint8_t>((lm >> 4) << 6);
+    }
+  }
+  const uint16_t dh = f32_to_f16(max_scale / 63.0f), dminh = f32_to_f16(max_min / 63.0f);
+  std::memcpy(block, &dh, 2);
+  std::memcpy(block + 2, &dminh, 2);
+  // The quants again, against the scales as stored; a sub-block whose scale is 0 keeps its fit's.
+  for (int j = 0; j < kSub; ++j) {
+    int sc, m;
+    q4_k_scale_min(packed, j, &sc, &m);
+    const float d = f16_to_f32(dh) * sc;
+    if (d == 0.0f) continue;
+    const float dm = f16_to_f32(dminh) * m;
+    for (int i = 0; i < kQBlock; ++i)
+      L[kQBlock * j + i] = static_cast<uint8_t>(std::max(0, std::min(15, nearest_even((x[kQBlock * j + i] + dm) / d))));
+  }
+  // Each 64 elements are 32 bytes: the first 32 in the low nibbles, the next 32 in the high ones.
+  uint8_t* qs = block + kQ4KQuantsAt;
+  for (int c = 0; c < kQKBlock / 64; ++c)
+    for (int i = 0; i < 32; ++i) qs[32 * c + i] = static_cast<uint8_t>(L[64 * c + i] | (L[64 * c + 32 + i] << 4));
+}
+
+void dequantize_q4_k_block(const uint8_t* block, float* y) {
+  uint16_t dh, dminh;
+  std::memcpy(&dh, block, 2);
+  std::memcpy(&dminh, block + 2, 2);
+  const float d = f16_to_f32(dh), dmin = f16_to_f32(dminh);
+  const uint8_t* qs = block + kQ4KQuantsAt;
+  for (int j = 0; j < kQKBlock / kQBlock; ++j) {
+    int sc, m;
+    q4_k_scale_min(block + kQ4KScalesAt, j, &sc, &m);
+    const float d1 = d * static_cast<float>(sc), m1 = dmin * static_cast<float>(m);
+    const int shift = (j & 1) * 4;
+    for (int i = 0; i < kQBlock; ++i)
+      y[kQBlock * j + i] = d1 * static_cast<float>((qs[32 * (j / 2) + i] >> shift) & 15) - m1;
   }
 }
 
@@ -159,6 +310,12 @@ void convert_to_f32(DType src_type, const void* src, float* dst, size_t n) {
       }
       return;
     }
+    case DType::kQ4_K: {
+      ASTRAI_CHECK(n % kQKBlock == 0, "Q4_K: ", n, " elements are not whole blocks of ", kQKBlock);
+      const auto* b = static_cast<const uint8_t*>(src);
+      for (size_t i = 0; i < n; i += kQKBlock, b += kQ4KBlockBytes) dequantize_q4_k_block(b, dst + i);
+      return;
+    }
     case DType::kQ8_0: {
       ASTRAI_CHECK(n % kQBlock == 0, "Q8_0: ", n, " elements are not whole blocks of ", kQBlock);
       const auto* b = static_cast<const uint8_t*>(src);
@@ -194,6 +351,12 @@ void convert_from_f32(const float* src, DType dst_type, void* dst, size_t n) {
       ASTRAI_CHECK(n % kQBlock == 0, "Q4_0: ", n, " elements are not whole blocks of ", kQBlock);
       auto* b = static_cast<uint8_t*>(dst);
       for (size_t i = 0; i < n; i += kQBlock, b += kQ4BlockBytes) quantize_q4_0_block(src + i, b);
+      return;
+    }
+    case DType::kQ4_K: {
+      ASTRAI_CHECK(n % kQKBlock == 0, "Q4_K: ", n, " elements are not whole blocks of ", kQKBlock);
+      auto* b = static_cast<uint8_t*>(dst);
+      for (size_t i = 0; i < n; i += kQKBlock, b += kQ4KBlockBytes) quantize_q4_k_block(src + i, b);
       return;
     }
     case DType::kQ8_0: {

@@ -8,22 +8,50 @@
 
 namespace astrai {
 
-// kQ8_0 and kQ4_0 are block types (llama.cpp's Q8_0 and Q4_0 layouts): blocks of 32 elements
-// along the last dimension, each an f16 scale d followed by the quants.
-//   Q8_0, 34 bytes: 32 int8 q; element i is float(q[i]) * float(d).
-//   Q4_0, 18 bytes: 16 bytes qs of two 4-bit quants; element i < 16 is ((qs[i] & 15) - 8) * d,
-//   element 16 + i is ((qs[i] >> 4) - 8) * d.
-// f32 holds every element exactly (a small integer times an 11-bit mantissa).
-enum class DType : uint8_t { kF32, kF16, kBF16, kI32, kI64, kU8, kI8, kU16, kBool, kF64, kQ8_0, kQ4_0 };
+// kQ8_0, kQ4_0 and kQ4_K are block types (llama.cpp's Q8_0, Q4_0 and Q4_K layouts, byte for
+// byte): blocks of elements along the last dimension.
+//   Q8_0, 32 elements, 34 bytes: f16 d, 32 int8 q; element i is float(q[i]) * float(d).
+//   Q4_0, 32 elements, 18 bytes: f16 d, 16 bytes qs of two 4-bit quants; element i < 16 is
+//   ((qs[i] & 15) - 8) * d, element 16 + i is ((qs[i] >> 4) - 8) * d.
+//   Q4_K, 256 elements (a super-block of 8 sub-blocks of 32), 144 bytes: f16 d, f16 dmin, 12
+//   bytes of 6-bit sub-block scales sc[8] and mins m[8] (q4_k_scale_min), 128 bytes qs. Element
+//   64 c + i (c < 4, i < 32) is (d * sc[2c]) * (qs[32 c + i] & 15) - dmin * m[2c], element
+//   64 c + 32 + i is (d * sc[2c + 1]) * (qs[32 c + i] >> 4) - dmin * m[2c + 1].
+// f32 holds every element exactly for Q8_0 and Q4_0 (a small integer times an 11-bit mantissa);
+// for Q4_K the products are exact (11 + 6 + 4 bits) and only the final subtraction rounds.
+enum class DType : uint8_t { kF32, kF16, kBF16, kI32, kI64, kU8, kI8, kU16, kBool, kF64, kQ8_0, kQ4_0, kQ4_K };
 
-constexpr int64_t kQBlock = 32;        // elements per block of a block type
-constexpr int64_t kQ8BlockBytes = 34;  // f16 scale + 32 int8
-constexpr int64_t kQ4BlockBytes = 18;  // f16 scale + 32 nibbles
-constexpr bool is_block_type(DType t) { return t == DType::kQ8_0 || t == DType::kQ4_0; }
+constexpr int64_t kQBlock = 32;         // elements per block of Q8_0 and Q4_0 (and per Q4_K sub-block)
+constexpr int64_t kQ8BlockBytes = 34;   // f16 scale + 32 int8
+constexpr int64_t kQ4BlockBytes = 18;   // f16 scale + 32 nibbles
+constexpr int64_t kQKBlock = 256;       // elements per Q4_K super-block
+constexpr int64_t kQ4KBlockBytes = 144; // f16 d + f16 dmin + 12 bytes of scales/mins + 256 nibbles
+constexpr int64_t kQ4KScalesAt = 4;     // byte offset of the packed scales in a Q4_K block
+constexpr int64_t kQ4KQuantsAt = 16;    // byte offset of the quants
+constexpr bool is_block_type(DType t) { return t == DType::kQ8_0 || t == DType::kQ4_0 || t == DType::kQ4_K; }
+// Elements and bytes of one block of a block type (1 and 0 for the others: see dtype_size).
+constexpr int64_t block_elems(DType t) { return t == DType::kQ4_K ? kQKBlock : is_block_type(t) ? kQBlock : 1; }
+constexpr int64_t block_bytes(DType t) {
+  return t == DType::kQ8_0 ? kQ8BlockBytes : t == DType::kQ4_0 ? kQ4BlockBytes : t == DType::kQ4_K ? kQ4KBlockBytes : 0;
+}
+
+// Sub-block j (< 8) of a Q4_K block's 12 packed scale bytes: its 6-bit scale and min. Bytes 0-3
+// hold sc[0..3] in their low 6 bits, bytes 4-7 m[0..3]; for j >= 4 the low 4 bits of sc[j] are
+// the low nibble of byte j + 4 and the high 2 bits the top bits of byte j - 4; m[j]'s low 4 are
+// the high nibble of byte j + 4, its high 2 the top bits of byte j.
+inline void q4_k_scale_min(const uint8_t* scales, int j, int* sc, int* m) {
+  if (j < 4) {
+    *sc = scales[j] & 63;
+    *m = scales[j + 4] & 63;
+  } else {
+    *sc = (scales[j + 4] & 15) | ((scales[j - 4] >> 6) << 4);
+    *m = (scales[j + 4] >> 4) | ((scales[j] >> 6) << 4);
+  }
+}
 
 // Bytes of one element; an error for block types (use dtype_bytes).
 size_t dtype_size(DType t);
-// Elements per block: 1, or 32 for the block types.
+// Elements per block: 1, 32 for Q8_0 and Q4_0, 256 for Q4_K.
 int64_t dtype_block(DType t);
 // Bytes of n elements (n a multiple of the block for block types).
 size_t dtype_bytes(DType t, int64_t n);
@@ -51,8 +79,8 @@ float f16_to_f32(uint16_t h);
 uint16_t f32_to_f16(float f);  // round-to-nearest-even, IEEE half
 
 // Bulk conversions (vectorised where the CPU allows). For the block types n is a multiple of
-// 32; converting to one quantizes as llama.cpp's reference quantize_row_q8_0 / q4_0 does, bit
-// for bit (quantize_q8_0_block, quantize_q4_0_block).
+// the block; converting to one quantizes as llama.cpp's reference quantize_row_q8_0 / q4_0 /
+// q4_K does, bit for bit (quantize_q8_0_block, quantize_q4_0_block, quantize_q4_k_block).
 void convert_to_f32(DType src_type, const void* src, float* dst, size_t n);
 void convert_from_f32(const float* src, DType dst_type, void* dst, size_t n);
 
@@ -62,5 +90,14 @@ void quantize_q8_0_block(const float* x, uint8_t* block);
 // One Q4_0 block of x[0..32): m = the element of largest magnitude (the first such), d = m / -8,
 // q = min(15, int(x * (1 / d) + 8.5)) (truncated; 8 where d = 0), the scale stored as f16(d).
 void quantize_q4_0_block(const float* x, uint8_t* block);
+// One Q4_K block of x[0..256), byte for byte what llama.cpp's quantize_row_q4_K_ref writes:
+// per sub-block of 32 a weighted least-squares fit x ~ scale * q - min (q in [0, 15], weights
+// sqrt(mean x^2) + |x|; the plain min/max fit, then 21 candidate grids searched), the 8 scales
+// and 8 mins quantized to 6 bits against d = max scale / 63 and dmin = max min / 63 (stored
+// as f16), the quants recomputed against the stored scales. Rounding is round-half-even
+// (llama.cpp's nearest_int) throughout. docs/quantization.md has the steps.
+void quantize_q4_k_block(const float* x, uint8_t* block);
+// The 256 elements of a Q4_K block: (d * sc) * q - dmin * m (llama.cpp's dequantize_row_q4_K).
+void dequantize_q4_k_block(const uint8_t* block, float* y);
 
 }  // namespace astrai

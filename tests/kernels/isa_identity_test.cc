@@ -145,6 +145,32 @@ TEST_P(IsaIdentity, LinearQ8_0AndQ4_0EveryPath) {
   }
 }
 
+// Q4_K weights (super-blocks of 256): every path of every level equals generic, and equals that
+// level's f32 linear on the dequantized weights (the widening is the dequantization, bit for bit).
+TEST_P(IsaIdentity, LinearQ4_KEveryPath) {
+  const std::vector<LinearShape> shapes = {
+      {1, 7, 256},   {1, 40, 2560}, {2, 13, 512},  {3, 96, 256},  {4, 50, 1024}, {5, 31, 1280},
+      {8, 24, 768},  {9, 23, 256},  {16, 61, 256}, {33, 70, 512}, {64, 18, 256}, {65, 30, 512},
+      {200, 140, 256}, {7, 130, 3072}, {150, 21, 2304},
+  };
+  for (const LinearShape& s : shapes) {
+    const auto x = randn(static_cast<size_t>(s.m * s.k), 1);
+    const auto wf = randn(static_cast<size_t>(s.n * s.k), 2, 0.2f);
+    const auto bias = randn(static_cast<size_t>(s.n), 3);
+    std::vector<uint8_t> wq(dtype_bytes(DType::kQ4_K, s.n * s.k));
+    convert_from_f32(wf.data(), DType::kQ4_K, wq.data(), wf.size());
+    const WeightView w{wq.data(), DType::kQ4_K, s.n, s.k};
+    expect_linear_same(x, s.m, w, bias);
+    std::vector<float> wd(wf.size());
+    convert_to_f32(DType::kQ4_K, wq.data(), wd.data(), wd.size());
+    std::vector<float> yq(static_cast<size_t>(s.m * s.n), NAN), yf(yq.size(), NAN);
+    lvl_->linear(x.data(), s.m, w, bias.data(), yq.data());
+    lvl_->linear(x.data(), s.m, WeightView{wd.data(), DType::kF32, s.n, s.k}, bias.data(), yf.data());
+    ASSERT_EQ(std::memcmp(yq.data(), yf.data(), yq.size() * 4), 0)
+        << "Q4_K vs f32 on the dequantized weights, " << s.m << "x" << s.n << "x" << s.k;
+  }
+}
+
 TEST_P(IsaIdentity, LinearNonInvariantModeAndTrainingGemms) {
   const int64_t m = 40, n = 33, k = 70;
   const auto x = randn(m * k, 4), w = randn(n * k, 5), b = randn(n, 6), dy = randn(m * n, 7);

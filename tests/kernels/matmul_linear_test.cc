@@ -156,14 +156,17 @@ TEST_P(LinearDtypeTest, BlasModeMatchesReference) {
 INSTANTIATE_TEST_SUITE_P(Dtypes, LinearDtypeTest, ::testing::Values(DType::kF32, DType::kBF16, DType::kF16),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 
-// Q8_0 and Q4_0 weights are widened exactly ((q - zero) * d) and then follow the f32 contract,
-// so the quantized linear equals the f32 linear on the dequantized weights bit for bit, on
-// every path.
+// Q8_0 and Q4_0 weights are widened exactly ((q - zero) * d), Q4_K ones to (d * sc) * q - dmin * m
+// (one rounding), and then follow the f32 contract, so the quantized linear equals the f32
+// linear on the dequantized weights bit for bit, on every path (Q4_K: K across the 1024 blocks
+// of the contract, whole and partial).
 TEST(LinearBlocks, EqualsF32LinearOnDequantizedWeights) {
   std::mt19937 rng(7);
-  for (DType dt : {DType::kQ8_0, DType::kQ4_0})
+  for (DType dt : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_K})
   for (int64_t m : {1, 2, 3, 5, 8, 16, 33, 64, 65, 150}) {
-    for (int64_t k : {32, 64, 96, 1024, 2112}) {
+    const std::vector<int64_t> ks = dt == DType::kQ4_K ? std::vector<int64_t>{256, 512, 1024, 1280, 2304}
+                                                       : std::vector<int64_t>{32, 64, 96, 1024, 2112};
+    for (int64_t k : ks) {
       for (int64_t n : {1, 7, 24, 61}) {
         const auto x = random_vec(static_cast<size_t>(m * k), rng);
         const auto wf = random_vec(static_cast<size_t>(n * k), rng);
@@ -224,11 +227,75 @@ TEST(LinearBlocks, Q4_0QuantizesAsLlamaCppReference) {
   EXPECT_EQ(back[31], 3.5f);
 }
 
+// The Q4_K layout, on a block built by hand: f16 d = 0.5, dmin = 0.25; 6-bit scales and mins
+// sc = {1, 2, 3, 4, 37, 6, 7, 63}, m = {5, 0, 9, 10, 11, 12, 50, 33}, packed as llama.cpp's
+// block_q4_K holds them; quant byte b of each 32-byte chunk c is (b % 16) | ((15 - b % 16) << 4).
+TEST(LinearBlocks, Q4_KLayout) {
+  uint8_t b[144] = {};
+  const uint16_t d = 0x3800, dmin = 0x3400;  // 0.5, 0.25
+  std::memcpy(b, &d, 2);
+  std::memcpy(b + 2, &dmin, 2);
+  // Bytes 0-3: sc[0..3] | (sc[4..7] >> 4) << 6; bytes 4-7: m[0..3] | (m[4..7] >> 4) << 6;
+  // bytes 8-11: (sc[4..7] & 15) | (m[4..7] & 15) << 4.
+  // sc[4] = 37 = 0b10'0101, sc[7] = 63 = 0b11'1111, m[6] = 50 = 0b11'0010, m[7] = 33 = 0b10'0001.
+  const uint8_t scales[12] = {1 | (2 << 6), 2, 3, 4 | (3 << 6), 5, 0, 9 | (3 << 6), 10 | (2 << 6),
+                              5 | (11 << 4), 6 | (12 << 4), 7 | (2 << 4), 15 | (1 << 4)};
+  std::memcpy(b + 4, scales, 12);
+  for (int i = 0; i < 128; ++i) b[16 + i] = static_cast<uint8_t>((i % 16) | ((15 - i % 16) << 4));
+  float y[256];
+  convert_to_f32(DType::kQ4_K, b, y, 256);
+  const int sc[8] = {1, 2, 3, 4, 37, 6, 7, 63}, m[8] = {5, 0, 9, 10, 11, 12, 50, 33};
+  for (int e = 0; e < 256; ++e) {
+    const int sub = e / 32, i = e % 32;  // sub-block 2c: low nibbles of chunk c; 2c + 1: high
+    const int q = sub % 2 == 0 ? i % 16 : 15 - i % 16;
+    const float want = 0.5f * static_cast<float>(sc[sub]) * static_cast<float>(q) - 0.25f * static_cast<float>(m[sub]);
+    ASSERT_EQ(y[e], want) << "element " << e;
+  }
+  // The kernel's widening (decode path, W read in place) of the same row: x = unit vector e.
+  for (int e = 0; e < 256; ++e) {
+    float x[256] = {}, out = NAN;
+    x[e] = 1.0f;
+    linear(x, 1, WeightView{b, DType::kQ4_K, 1, 256}, nullptr, &out);
+    ASSERT_EQ(out, y[e]) << "linear, element " << e;
+  }
+  EXPECT_EQ(y[0], -1.25f);             // q 0, sub-block 0: -0.25 * 5
+  EXPECT_EQ(y[32 * 4 + 1], 18.5f - 2.75f);  // sub-block 4 (high bits of sc in byte 0): 0.5 * 37 * 1 - 0.25 * 11
+  EXPECT_EQ(y[224], 464.25f);           // sub-block 7 (sc 63, m 33), high nibble 15 of chunk 3's byte 0
+  EXPECT_EQ(y[255], -8.25f);            // and 0 of its byte 31
+}
+
+// Properties of the Q4_K quantizer (its bytes are checked against llama.cpp's own
+// quantize_row_q4_K_ref by tests/model/quantize_oracle.py): zeros give zero bytes; a constant
+// sub-block is reproduced to f16 precision; random data round-trips within a 4-bit step.
+TEST(LinearBlocks, Q4_KQuantizer) {
+  float x[512] = {};
+  uint8_t b[288];
+  convert_from_f32(x, DType::kQ4_K, b, 256);
+  for (int i = 0; i < 144; ++i) ASSERT_EQ(b[i], 0) << i;
+  for (int i = 0; i < 256; ++i) x[i] = i < 128 ? 3.0f : -2.0f;  // positive and negative constants
+  convert_from_f32(x, DType::kQ4_K, b, 256);
+  float y[512];
+  convert_to_f32(DType::kQ4_K, b, y, 256);
+  for (int i = 0; i < 256; ++i) EXPECT_NEAR(y[i], x[i], 2e-3f * std::fabs(x[i])) << i;
+  std::mt19937 rng(3);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  for (float& v : x) v = dist(rng);
+  convert_from_f32(x, DType::kQ4_K, b, 512);
+  convert_to_f32(DType::kQ4_K, b, y, 512);
+  for (int j = 0; j < 16; ++j) {  // each sub-block within its range / 15, plus the 6-bit scale error
+    float lo = 0, hi = 0;
+    for (int i = 0; i < 32; ++i) lo = std::min(lo, x[32 * j + i]), hi = std::max(hi, x[32 * j + i]);
+    for (int i = 0; i < 32; ++i) EXPECT_LE(std::fabs(y[32 * j + i] - x[32 * j + i]), (hi - lo) / 15) << 32 * j + i;
+  }
+  EXPECT_THROW(convert_from_f32(x, DType::kQ4_K, b, 128), Error);
+}
+
 TEST(LinearBlocks, RejectsRowsOfPartialBlocks) {
-  std::vector<uint8_t> w(34 * 4);
-  float x[48] = {}, y[2];
+  std::vector<uint8_t> w(144 * 4);
+  float x[512] = {}, y[2];
   EXPECT_THROW(linear(x, 1, WeightView{w.data(), DType::kQ8_0, 2, 48}, nullptr, y), Error);
   EXPECT_THROW(linear(x, 1, WeightView{w.data(), DType::kQ4_0, 2, 48}, nullptr, y), Error);
+  EXPECT_THROW(linear(x, 1, WeightView{w.data(), DType::kQ4_K, 2, 288}, nullptr, y), Error);
 }
 
 TEST(Linear, ZeroKGivesBias) {

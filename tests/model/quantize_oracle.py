@@ -1,10 +1,14 @@
 #!/usr/bin/python3
-"""Oracle test of `astrai quantize --type q8_0|q4_0` and of loading quantized checkpoints, against
-llama.cpp's own Python package (gguf-py, from the llama.cpp source in node-llama-cpp's git
+"""Oracle test of `astrai quantize --type q8_0|q4_0|q4_k` and of loading quantized checkpoints, against
+llama.cpp's own code (gguf-py and ggml-quants.c, from the llama.cpp source in node-llama-cpp's git
 bundle, assets/npm/node-llama-cpp/llama/gitRelease.bundle) and PyTorch.
 Per random-weight model (f32, bf16 and f16 checkpoints; MHA/GQA/MQA, tied, biases, qk-norm, MLA):
   * every matrix written is byte for byte what gguf-py's Q8_0 / Q4_0 quantizer (bit-exact with
     ggml-quants.c's reference) makes of the same values; vectors are kept as f32, exactly;
+  * Q4_K (gguf-py has no Q4_K quantizer): byte for byte what ggml-quants.c's quantize_row_q4_K_ref,
+    compiled here from the bundle's source (cc, about 5 s), makes of the same values, on the test
+    models and on adversarial super-blocks (zeros, constants, one outlier, one sign only, huge and
+    tiny magnitudes, mixed scales, exact ties); the dequantization is gguf-py's Q4_K;
   * `astrai score` logits of the quantized checkpoint equal, bit for bit, those of an f32 checkpoint
     holding gguf-py's dequantization of the same blocks (chunked paged prefill too), on every
     CPU level this machine runs; greedy generations are the same tokens;
@@ -32,7 +36,14 @@ BUNDLE = os.path.join(ASSETS, "npm", "node-llama-cpp", "llama", "gitRelease.bund
 MODELS = ["llama_mha_bias_tied_sharded", "qwen3_qknorm_mqa8_dynamic_bf16", "mistral_gqa8_f16", "arlm_mla_gate"]
 # How far the quantized model's logits may be from the unquantized model's (max |diff| / max |ref|):
 # quantization is lossy; these bounds only catch a broken format (observed: q8_0 ~0.02, q4_0 ~0.2).
-LOSSY_BOUND = {"q8_0": 0.1, "q4_0": 0.6}
+LOSSY_BOUND = {"q8_0": 0.1, "q4_0": 0.6, "q4_k": 0.6}
+# Q4_K needs matrices whose input width is a multiple of 256 (quantizing others is an error).
+Q4K_MODELS = {
+    "llama_q4k_gqa": (of.base("llama", hidden_size=256, intermediate_size=512, num_attention_heads=4,
+                              num_key_value_heads=2, attention_bias=True), "F32", 2, False),
+    "qwen3_q4k_qknorm_bf16": (of.base("qwen3", hidden_size=256, intermediate_size=256, num_attention_heads=4,
+                                      num_key_value_heads=1, head_dim=64, tie_word_embeddings=True), "BF16", 1, False),
+}
 check = of.check
 
 
@@ -44,7 +55,38 @@ def gguf_py(tmp):
                    check=True)
     sys.path.insert(0, os.path.join(src, "gguf-py"))
     from gguf import quants, GGMLQuantizationType  # noqa: E402
-    return quants, {"q8_0": GGMLQuantizationType.Q8_0, "q4_0": GGMLQuantizationType.Q4_0}
+    return quants, {"q8_0": GGMLQuantizationType.Q8_0, "q4_0": GGMLQuantizationType.Q4_0,
+                    "q4_k": GGMLQuantizationType.Q4_K}
+
+
+class GgmlQ4K:
+    """quantize_row_q4_K_ref from the bundle's ggml-quants.c, compiled here (baseline x86-64 /
+    AArch64, no FMA contraction: the C semantics of the reference) and called through ctypes."""
+
+    def __init__(self, tmp):
+        src = os.path.join(tmp, "llama.cpp")
+        subprocess.run(["git", "-C", src, "checkout", "-q", "HEAD", "--", "ggml/include", "ggml/src/ggml-quants.c",
+                        "ggml/src/ggml-quants.h", "ggml/src/ggml-common.h", "ggml/src/ggml-impl.h",
+                        "ggml/src/ggml-cpu/ggml-cpu-impl.h"], check=True)
+        lib = os.path.join(tmp, "libggml_quants.so")
+        # -DNDEBUG as in llama.cpp's release builds (nearest_int asserts its range otherwise, and
+        # adversarial blocks go past it). Only the reference quantizer is called: the library's other
+        # dependencies (ggml_abort, ...) stay unresolved and are never bound (lazy binding).
+        subprocess.run([os.environ.get("CC", "cc"), "-O2", "-DNDEBUG", "-ffp-contract=off", "-fPIC", "-shared",
+                        "-I" + os.path.join(src, "ggml", "include"), "-I" + os.path.join(src, "ggml", "src"),
+                        os.path.join(src, "ggml", "src", "ggml-quants.c"), "-o", lib,
+                        "-Wl,--unresolved-symbols=ignore-all", "-Wl,-z,lazy", "-lm"], check=True)
+        import ctypes
+        self.ctypes = ctypes
+        self.lib = ctypes.CDLL(lib, mode=os.RTLD_LAZY)
+
+    def quantize(self, values):
+        """uint8 [rows, cols / 256 * 144] of an f32 [rows, cols] array (cols a multiple of 256)."""
+        x = np.ascontiguousarray(values, dtype=np.float32)
+        out = np.zeros((x.shape[0], x.shape[1] // 256 * 144), dtype=np.uint8)
+        vp = self.ctypes.c_void_p
+        self.lib.quantize_row_q4_K_ref(vp(x.ctypes.data), vp(out.ctypes.data), self.ctypes.c_int64(x.size))
+        return out
 
 
 def read_raw(path):
@@ -83,8 +125,8 @@ def greedy(d, seqs, tmp):
     return open(outp).read()
 
 
-def test_model(name, fmt, quants, qtype, tmp, lv):
-    cfg_json, dtype, shards, ref_names = of.MODELS[name]
+def test_model(name, fmt, quants, qtype, tmp, lv, ggml=None, spec=None):
+    cfg_json, dtype, shards, ref_names = spec or of.MODELS[name]
     # Room for the generations (the dynamic-RoPE model's context is 16 in oracle_forward.py).
     cfg_json = dict(cfg_json, max_position_embeddings=max(cfg_json.get("max_position_embeddings", 256), 256))
     c = of.Cfg(cfg_json)
@@ -107,17 +149,18 @@ def test_model(name, fmt, quants, qtype, tmp, lv):
         dt, shape, b = raw[stored(n)]
         if values.ndim == 2 and values.shape[1] % 32 == 0:
             matrices += 1
-            want = quants.quantize(values, qtype)  # uint8 [rows, cols / 32 * block bytes]
+            # uint8 [rows, cols / block * block bytes]
+            want = ggml.quantize(values) if fmt == "q4_k" else quants.quantize(values, qtype)
             ok = dt == "U8" and list(shape) == list(want.shape) and b == want.tobytes()
             if not ok:
-                print("  %s: %s %s differs from gguf-py's %s" % (n, dt, shape, list(want.shape)))
+                print("  %s: %s %s differs from llama.cpp's %s" % (n, dt, shape, list(want.shape)))
             same &= ok
             deq_tensors.append((stored(n), torch.from_numpy(quants.dequantize(want, qtype).reshape(values.shape))))
         else:
             same &= dt == "F32" and b == values.tobytes()
             deq_tensors.append((stored(n), torch.from_numpy(values)))
-    check(same and matrices > 0, "%s: %d matrices are gguf-py's %s bytes, the vectors f32 as stored"
-          % (name, matrices, fmt.upper()))
+    check(same and matrices > 0, "%s: %d matrices are llama.cpp's %s bytes (%s), the vectors f32 as stored"
+          % (name, matrices, fmt.upper(), "ggml-quants.c" if fmt == "q4_k" else "gguf-py"))
     of.save_model(deq, cfg_json, deq_tensors, "F32")
 
     seqs = [[(7 * i + 3) % c.vocab for i in range(1, 30)], [(11 * i + 5) % c.vocab for i in range(1, 9)]]
@@ -143,8 +186,8 @@ def test_model(name, fmt, quants, qtype, tmp, lv):
 def test_errors(src, q, tmp):
     r = of.run(["info", "--model", q], expect_ok=False)
     check(r.returncode == 0 and "q8_0" in r.stdout, "info names the q8_0 format")
-    r = of.run(["quantize", "--model", src, "--output", os.path.join(tmp, "x"), "--type", "q4_k"], expect_ok=False)
-    check(r.returncode != 0 and "q4_k" in r.stderr, "an unimplemented --type is refused: %s" % r.stderr.strip()[:120])
+    r = of.run(["quantize", "--model", src, "--output", os.path.join(tmp, "x"), "--type", "q5_k"], expect_ok=False)
+    check(r.returncode != 0 and "q5_k" in r.stderr, "an unknown --type is refused: %s" % r.stderr.strip()[:120])
     r = of.run(["quantize", "--model", src, "--output", src], expect_ok=False)
     check(r.returncode != 0 and "--output" in r.stderr, "quantizing into the source directory is refused")
     r = of.run(["train", "--model", q, "--data", os.path.join(tmp, "none"), "--output", os.path.join(tmp, "t")],
@@ -179,6 +222,65 @@ def test_errors(src, q, tmp):
           "a Q8_0 matrix of the wrong byte shape is named: %s" % r.stderr.strip()[-200:])
 
 
+def adversarial_blocks(rng):
+    """Super-blocks (rows of 256) that probe the edges of the Q4_K search: each row one case."""
+    rows = []
+    r = lambda *shape: rng.standard_normal(shape).astype(np.float32)  # noqa: E731
+    rows.append(np.zeros(256))                              # all zeros
+    rows.append(np.full(256, 0.75))                         # one positive constant
+    rows.append(np.full(256, -1.5))                         # one negative constant
+    rows.append(np.concatenate([np.full(128, 3.0), np.full(128, -2.0)]))
+    o = np.zeros(256); o[77] = 5.0; rows.append(o)         # one outlier among zeros
+    o = r(256) * 0.01; o[200] = -40.0; rows.append(o)     # one outlier among small values
+    rows.append(-np.abs(r(256)))                            # negative only
+    rows.append(np.abs(r(256)) + 1.0)                       # positive only, away from 0
+    rows.append(r(256) * 1e7)                               # huge (d near the f16 maximum)
+    rows.append(r(256) * 1e9)                               # huger (d overflows f16)
+    rows.append(r(256) * 1e-6)                              # tiny (d subnormal in f16)
+    rows.append(r(256) * 1e-9)                              # tinier (d flushes to 0)
+    m = r(256); m[:32] *= 1e4; m[32:64] *= 1e-4; rows.append(m)  # sub-block scales 0 after 6 bits
+    rows.append(np.tile(np.arange(32, dtype=np.float32) - 7.5, 8))   # halves: rounding ties
+    rows.append(np.tile(np.arange(16, dtype=np.float32), 16) * 0.125)  # exactly on a 4-bit grid
+    rows.append(np.where(np.arange(256) % 2 == 0, 1.0, -1.0))  # alternating signs
+    rows.append(np.linspace(-1, 3, 256))                    # a ramp
+    rows.extend(r(8, 256) * np.float32(0.02))               # random, model-like
+    return np.stack(rows).astype(np.float32)
+
+
+def test_q4k_adversarial(ggml, tmp):
+    """`astrai quantize --type q4_k` on a checkpoint whose matrices hold adversarial rows."""
+    cfg_json, _, _, _ = Q4K_MODELS["llama_q4k_gqa"]
+    c = of.Cfg(cfg_json)
+    rng = np.random.default_rng(11)
+    W = of.random_weights(c)
+    names = [n for n, _, _ in of.param_shapes(c)]
+    adv = adversarial_blocks(rng)
+    for n in names:  # every matrix starts with the adversarial rows
+        v = W[n].numpy().copy()
+        if v.ndim == 2:
+            k = min(v.shape[0], adv.shape[0])
+            v[:k] = np.resize(adv[:k], (k, v.shape[1]))
+            W[n] = torch.from_numpy(v)
+    src, q = os.path.join(tmp, "adv"), os.path.join(tmp, "adv_q4_k")
+    of.save_model(src, cfg_json, [(n, W[n]) for n in names], "F32", 1)
+    of.run(["quantize", "--model", src, "--output", q, "--type", "q4_k"])
+    raw = read_raw(os.path.join(q, "model.safetensors"))
+    bad = []
+    for n in names:
+        v = W[n].numpy().astype(np.float32)
+        if v.ndim == 2 and raw[n][2] != ggml.quantize(v).tobytes():
+            bad.append(n)
+    check(not bad, "q4_k on %d adversarial super-blocks per matrix: bytes == ggml-quants.c's%s"
+          % (adv.shape[0], (" (differ: %s)" % bad) if bad else ""))
+
+
+def test_q4k_errors(tmp):
+    src = os.path.join(tmp, "llama_mha_bias_tied_sharded")  # hidden size 64: no whole super-blocks
+    r = of.run(["quantize", "--model", src, "--output", os.path.join(tmp, "x"), "--type", "q4_k"], expect_ok=False)
+    check(r.returncode != 0 and "256" in r.stderr and "q4_0" in r.stderr and "model.embed_tokens.weight" in r.stderr,
+          "q4_k of matrices 64 wide is refused, naming the tensor and q4_0: %s" % r.stderr.strip()[-200:])
+
+
 def main():
     if not os.path.exists(BUNDLE):
         print("FAIL llama.cpp source bundle not found at %s (scripts/fetch-assets.sh)" % BUNDLE)
@@ -190,10 +292,16 @@ def main():
         print("levels: %s" % ", ".join(lv))
         outs = {}
         for name in MODELS:
-            for fmt, qtype in qtypes.items():
-                outs[fmt] = test_model(name, fmt, quants, qtype, tmp, lv)
-        r = of.run(["info", "--model", outs["q4_0"][1]], expect_ok=False)
-        check(r.returncode == 0 and "q4_0" in r.stdout, "info names the q4_0 format")
+            for fmt in ("q8_0", "q4_0"):
+                outs[fmt] = test_model(name, fmt, quants, qtypes[fmt], tmp, lv)
+        ggml = GgmlQ4K(tmp)
+        for name, spec in Q4K_MODELS.items():
+            outs["q4_k"] = test_model(name, "q4_k", quants, qtypes["q4_k"], tmp, lv, ggml, spec)
+        test_q4k_adversarial(ggml, tmp)
+        for fmt in ("q4_0", "q4_k"):
+            r = of.run(["info", "--model", outs[fmt][1]], expect_ok=False)
+            check(r.returncode == 0 and fmt in r.stdout, "info names the %s format" % fmt)
+        test_q4k_errors(tmp)
         test_errors(*outs["q8_0"], tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

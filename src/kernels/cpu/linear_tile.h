@@ -19,6 +19,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 
 #include "kernels/cpu/level.h"
 #include "kernels/cpu/reduce8.h"
@@ -62,23 +63,62 @@ inline int64_t num_tiles(int64_t m) {
 template <DType T>
 constexpr int64_t kElemBytes = T == DType::kF32 ? 4 : 2;
 
-// Q8_0 and Q4_0 (tensor/dtype.h): rows of whole blocks of 32, no K tails.
+// Q8_0, Q4_0 (blocks of 32) and Q4_K (super-blocks of 256) (tensor/dtype.h): rows of whole
+// blocks, no K tails.
 template <DType T>
 constexpr bool kBlockType = is_block_type(T);
 
-// Bytes of the first k elements of a W row (k a multiple of 32 for the block types).
+// Bytes of the first k elements of a W row (k a multiple of the block for the block types).
 template <DType T>
 constexpr int64_t row_bytes(int64_t k) {
-  if constexpr (T == DType::kQ8_0) return k / kQBlock * kQ8BlockBytes;
-  else if constexpr (T == DType::kQ4_0) return k / kQBlock * kQ4BlockBytes;
+  if constexpr (kBlockType<T>) return k / block_elems(T) * block_bytes(T);
   else return k * kElemBytes<T>;
 }
 
-// Part h of the 16 weights at quant offset `off` (0 or 16) of the block at b, as f32 (exact).
+// A Q4_K block's sub-block multipliers: d * sc[j] in dm[j] and dmin * m[j] in dm[8 + j] (j < 8),
+// from the block at b; exact products (an f16 times a 6-bit integer). The 6-bit fields are
+// unpacked 4 at a time from the 12 scale bytes as 32-bit little-endian words (q4_k_scale_min
+// gives the same values one at a time), then widened and scaled 16 lanes at once.
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "q4k_multipliers reads little-endian words");
+inline void q4k_multipliers(const uint8_t* b, float* dm) {
+  uint16_t dh, mh;
+  std::memcpy(&dh, b, 2);
+  std::memcpy(&mh, b + 2, 2);
+  uint32_t w[3];
+  std::memcpy(w, b + kQ4KScalesAt, 12);
+  const uint32_t six[4] = {
+      w[0] & 0x3f3f3f3fu,                                         // sc[0..3]
+      (w[2] & 0x0f0f0f0fu) | ((w[0] >> 2) & 0x30303030u),         // sc[4..7]
+      w[1] & 0x3f3f3f3fu,                                         // m[0..3]
+      ((w[2] >> 4) & 0x0f0f0f0fu) | ((w[1] >> 2) & 0x30303030u),  // m[4..7]
+  };
+  uint8_t bytes[16];
+  std::memcpy(bytes, six, 16);
+  widen_u8_scaled(bytes, f16_scalar(dh), f16_scalar(mh), dm);
+}
+
+// The 16 quant bytes of Q4_K elements off..off+15 (off a multiple of 16 below 256) and the shift
+// of their nibbles: 64 elements per 32 bytes, the first 32 in the low nibbles.
+inline const uint8_t* q4k_quants(const uint8_t* b, int64_t off) { return b + kQ4KQuantsAt + off / 64 * 32 + off % 32; }
+inline int q4k_shift(int64_t off) { return static_cast<int>(off / 32 % 2) * 4; }
+
+// Part h of the 16 weights at element offset `off` (a multiple of 16) of the block at b, as f32
+// (exact for Q8_0 and Q4_0; Q4_K: one rounding, the same on every level).
 template <DType T>
 inline Part pload_block(const uint8_t* b, int64_t off, int h) {
-  if constexpr (T == DType::kQ8_0) return pload_q8(b, off, h);
-  else return pload_q4(b, off, h);
+  if constexpr (T == DType::kQ8_0) {
+    return pload_q8(b, off, h);
+  } else if constexpr (T == DType::kQ4_0) {
+    return pload_q4(b, off, h);
+  } else {
+    uint16_t dh, mh;
+    std::memcpy(&dh, b, 2);
+    std::memcpy(&mh, b + 2, 2);
+    int sc, m;
+    q4_k_scale_min(b + kQ4KScalesAt, static_cast<int>(off / 32), &sc, &m);
+    return pload_q4k(q4k_quants(b, off), q4k_shift(off), f16_scalar(dh) * static_cast<float>(sc),
+                     f16_scalar(mh) * static_cast<float>(m), h);
+  }
 }
 
 // 16 elements of a W row at p as f32 (bf16 and f16 widened exactly); the _n form: the first n,
@@ -101,10 +141,11 @@ inline Vec16 load_w(const uint8_t* p, int64_t n) {
 template <DType T>
 inline Vec16 load_w_at(const uint8_t* row, int64_t k) {
   if constexpr (kBlockType<T>) {
-    const uint8_t* block = row + row_bytes<T>(k / kQBlock * kQBlock);
+    constexpr int64_t be = block_elems(T);
+    const uint8_t* block = row + row_bytes<T>(k / be * be);
     Vec16 v;
 #pragma GCC unroll 4
-    for (int h = 0; h < kParts; ++h) part(v, h) = pload_block<T>(block, k % kQBlock, h);
+    for (int h = 0; h < kParts; ++h) part(v, h) = pload_block<T>(block, k % be, h);
     return v;
   } else {
     return load_w<T>(row + k * kElemBytes<T>);
@@ -253,15 +294,16 @@ void tile_packed(const float* x, int64_t ldx, const float* wp, int64_t kc, int n
   tile_store<MR, NR>(acc, nr, y, ldy, first, bias);
 }
 
-// The tile of tile_partial and tile_in_place (below) for rows of blocks (Q8_0, Q4_0): a block,
-// two 16-wide steps, at a time, each row's pointer moving one block per iteration; the same
-// operations per output as the float tiles. `prefetch_lines` lines from `prefetch` go to L2,
-// spread over the blocks.
+// The tile of tile_partial and tile_in_place (below) for rows of blocks: a block at a time,
+// each row's pointer moving one block per iteration; the same operations per output as the
+// float tiles. Q8_0 / Q4_0: two 16-wide steps per block. Q4_K: each row's 8 sub-block
+// multipliers (d * sc, dmin * m) decoded once per super-block, then 16 steps. `prefetch_lines`
+// lines from `prefetch` go to L2, spread over the blocks.
 template <int MR, int NR, DType T>
 void tile_blocks(const float* x, int64_t ldx, const void* w, int64_t ld, int64_t kc, int nr, float* y, int64_t ldy,
                  bool first, const float* bias, const char* prefetch = nullptr, int64_t prefetch_lines = 0) {
-  constexpr int64_t kBlockBytes = row_bytes<T>(kQBlock);
-  const int64_t blocks = std::max<int64_t>(1, kc / kQBlock);
+  constexpr int64_t kBe = block_elems(T), kBlockBytes = block_bytes(T);
+  const int64_t blocks = std::max<int64_t>(1, kc / kBe);
   const int64_t pf_step = (prefetch_lines + blocks - 1) / blocks;
   const char* pf = prefetch;
   const char* pf_end = prefetch ? prefetch + prefetch_lines * 64 : nullptr;
@@ -269,20 +311,35 @@ void tile_blocks(const float* x, int64_t ldx, const void* w, int64_t ld, int64_t
   for (int c = 0; c < NR; ++c) wrow[c] = static_cast<const uint8_t*>(w) + std::min(c, nr - 1) * row_bytes<T>(ld);
   Vec16 acc[MR][NR];
   zero_tile(acc);
-  for (int64_t k = 0; k < kc; k += kQBlock) {
+  for (int64_t k = 0; k < kc; k += kBe) {
     if (pf < pf_end) {
       for (int64_t b = 0; b < pf_step; ++b) prefetch_l2(pf + b * 64);
       pf += pf_step * 64;
     }
-    tile_step<MR, NR>(x + k, ldx, [&](int c, int h) { return pload_block<T>(wrow[c], 0, h); }, acc);
-    tile_step<MR, NR>(x + k + 16, ldx, [&](int c, int h) { return pload_block<T>(wrow[c], 16, h); }, acc);
+    if constexpr (T == DType::kQ4_K) {
+      float dm[NR][16];
+#pragma GCC unroll 8
+      for (int c = 0; c < NR; ++c) q4k_multipliers(wrow[c], dm[c]);
+      for (int j = 0; j < 8; ++j) {
+        const int shift = (j % 2) * 4;
+        const int64_t qoff = kQ4KQuantsAt + j / 2 * 32;
+#pragma GCC unroll 2
+        for (int64_t half = 0; half < 32; half += 16)
+          tile_step<MR, NR>(x + k + 32 * j + half, ldx, [&](int c, int h) {
+            return pload_q4k(wrow[c] + qoff + half, shift, dm[c][j], dm[c][8 + j], h);
+          }, acc);
+      }
+    } else {
+      tile_step<MR, NR>(x + k, ldx, [&](int c, int h) { return pload_block<T>(wrow[c], 0, h); }, acc);
+      tile_step<MR, NR>(x + k + 16, ldx, [&](int c, int h) { return pload_block<T>(wrow[c], 16, h); }, acc);
+    }
 #pragma GCC unroll 8
     for (int c = 0; c < NR; ++c) wrow[c] += kBlockBytes;
   }
   tile_store<MR, NR>(acc, nr, y, ldy, first, bias);
 }
 
-// w: the tile's first row at the block's first k (for a block type, a multiple of 32), rows `ld`
+// w: the tile's first row at the block's first k (for a block type, a multiple of its block), rows `ld`
 // elements apart.
 template <int MR, int NR, DType T>
 void tile_partial(const float* x, int64_t ldx, const void* w, int64_t ld, int64_t kc, int nr, float* y, int64_t ldy,

@@ -134,6 +134,20 @@ inline Part pload_q4(const uint8_t* b, int64_t off, int) {
   const float d = _cvtsh_ss(dh);
   return _mm512_fmsub_ps(_mm512_cvtepi32_ps(n), _mm512_set1_ps(d), _mm512_set1_ps(8.0f * d));
 }
+// 16 Q4_K weights: the nibbles (q >> shift) & 15 of the 16 bytes at q, times d1 minus m1 (the
+// sub-block's d * sc and dmin * m). One rounding: n * d1 is exact, so fused or not, the bits
+// are those of the final subtraction.
+inline Part pload_q4k(const uint8_t* q, int shift, float d1, float m1, int) {
+  const __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q)));
+  const __m512i n = _mm512_and_si512(_mm512_srl_epi32(b, _mm_cvtsi32_si128(shift)), _mm512_set1_epi32(15));
+  return _mm512_fmsub_ps(_mm512_cvtepi32_ps(n), _mm512_set1_ps(d1), _mm512_set1_ps(m1));
+}
+inline float f16_scalar(uint16_t h) { return _cvtsh_ss(h); }
+// out[l] = float(p[l]) * (l < 8 ? a : b) for the 16 bytes at p.
+inline void widen_u8_scaled(const uint8_t* p, float a, float b, float* out) {
+  const __m512 v = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+  _mm512_storeu_ps(out, _mm512_mul_ps(v, _mm512_insertf32x8(_mm512_set1_ps(a), _mm256_set1_ps(b), 1)));
+}
 inline Part pfma(Part a, Part b, Part c) { return _mm512_fmadd_ps(a, b, c); }
 inline void ppin(Part& a) { asm("" : "+v"(a)); }
 
@@ -249,6 +263,19 @@ inline Part pload_q4(const uint8_t* b, int64_t off, int h) {
   // n * d - 8 * d in one rounding: n * d and 8 * d are exact, and so is their difference, (n - 8) * d.
   const float d = _cvtsh_ss(dh);
   return _mm256_fmsub_ps(_mm256_cvtepi32_ps(n), _mm256_set1_ps(d), _mm256_set1_ps(8.0f * d));
+}
+inline Part pload_q4k(const uint8_t* q, int shift, float d1, float m1, int h) {
+  const __m256i b = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + 8 * h)));
+  const __m256i n = _mm256_and_si256(_mm256_srl_epi32(b, _mm_cvtsi32_si128(shift)), _mm256_set1_epi32(15));
+  return _mm256_fmsub_ps(_mm256_cvtepi32_ps(n), _mm256_set1_ps(d1), _mm256_set1_ps(m1));
+}
+inline float f16_scalar(uint16_t h) { return _cvtsh_ss(h); }
+inline __m256 u8x8(const uint8_t* p) {
+  return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+}
+inline void widen_u8_scaled(const uint8_t* p, float a, float b, float* out) {
+  _mm256_storeu_ps(out, _mm256_mul_ps(u8x8(p), _mm256_set1_ps(a)));
+  _mm256_storeu_ps(out + 8, _mm256_mul_ps(u8x8(p + 8), _mm256_set1_ps(b)));
 }
 inline Part pfma(Part a, Part b, Part c) { return _mm256_fmadd_ps(a, b, c); }
 inline void ppin(Part& a) { asm("" : "+x"(a)); }
@@ -374,6 +401,23 @@ inline Part pload_q4(const uint8_t* b, int64_t off, int h) {
   const uint32x4_t n = off ? vshrq_n_u32(q, 4) : vandq_u32(q, vdupq_n_u32(15));
   return vmulq_n_f32(vcvtq_f32_s32(vsubq_s32(vreinterpretq_s32_u32(n), vdupq_n_s32(8))), d);
 }
+// -m1 + n * d1 in one rounding: the same bits as n * d1 - m1 (the product is exact).
+inline Part pload_q4k(const uint8_t* q, int shift, float d1, float m1, int h) {
+  uint32_t q4;
+  std::memcpy(&q4, q + 4 * h, 4);
+  const uint32x4_t b = vmovl_u16(vget_low_u16(vmovl_u8(vreinterpret_u8_u32(vdup_n_u32(q4)))));
+  const uint32x4_t n = vandq_u32(vshlq_u32(b, vdupq_n_s32(-shift)), vdupq_n_u32(15));
+  return vfmaq_f32(vdupq_n_f32(-m1), vcvtq_f32_u32(n), vdupq_n_f32(d1));
+}
+inline float f16_scalar(uint16_t h) { return vgetq_lane_f32(vcvt_f32_f16(vreinterpret_f16_u16(vdup_n_u16(h))), 0); }
+inline void widen_u8_scaled(const uint8_t* p, float a, float b, float* out) {
+  const uint8x16_t v = vld1q_u8(p);
+  const uint16x8_t lo = vmovl_u8(vget_low_u8(v)), hi = vmovl_u8(vget_high_u8(v));
+  vst1q_f32(out, vmulq_n_f32(vcvtq_f32_u32(vmovl_u16(vget_low_u16(lo))), a));
+  vst1q_f32(out + 4, vmulq_n_f32(vcvtq_f32_u32(vmovl_u16(vget_high_u16(lo))), a));
+  vst1q_f32(out + 8, vmulq_n_f32(vcvtq_f32_u32(vmovl_u16(vget_low_u16(hi))), b));
+  vst1q_f32(out + 12, vmulq_n_f32(vcvtq_f32_u32(vmovl_u16(vget_high_u16(hi))), b));
+}
 inline Part pfma(Part a, Part b, Part c) { return vfmaq_f32(c, a, b); }
 inline void ppin(Part& a) { asm("" : "+w"(a)); }
 
@@ -449,6 +493,13 @@ inline Part pload_q4(const uint8_t* b, int64_t off, int) {
   std::memcpy(&dh, b, 2);
   const float d = f16_widen(dh);
   return map16([&](int l) { return static_cast<float>((off ? b[2 + l] >> 4 : b[2 + l] & 15) - 8) * d; });
+}
+inline Part pload_q4k(const uint8_t* q, int shift, float d1, float m1, int) {
+  return map16([&](int l) { return static_cast<float>((q[l] >> shift) & 15) * d1 - m1; });
+}
+inline float f16_scalar(uint16_t h) { return f16_widen(h); }
+inline void widen_u8_scaled(const uint8_t* p, float a, float b, float* out) {
+  for (int l = 0; l < 16; ++l) out[l] = static_cast<float>(p[l]) * (l < 8 ? a : b);
 }
 inline Part pfma(Part a, Part b, Part c) { return vfma(a, b, c); }
 inline void ppin(Part&) {}
