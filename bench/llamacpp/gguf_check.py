@@ -9,9 +9,10 @@ largest difference of a log-probability (log-softmax of the logits, over the who
 Files:
   * random-weight models of tests/model/gguf_oracle.py (llama with GQA, llama with biases and tied
     embeddings, qwen2 with biases and linear RoPE scaling, qwen3 with qk-norm, llama with llama3 RoPE
-    scaling as per-pair frequency factors) written by gguf-py
-    in F32, F16, BF16, Q8_0 and Q4_0, q/k permuted as llama.cpp's converter does;
-  * the F32 llama file requantized by llama.cpp's own `llama-quantize --pure` to Q8_0 and Q4_0;
+    scaling as per-pair frequency factors, llama with widths for Q4_K) written by gguf-py in F32, F16,
+    BF16, Q8_0 and Q4_0 (and Q4_K blocks from `astrai quantize`), q/k permuted as llama.cpp's
+    converter does;
+  * F32 llama files requantized by llama.cpp's own `llama-quantize --pure` to Q8_0, Q4_0 and Q4_K;
   * small llama models carrying real vocabularies (Llama-3, Qwen3 and GPT-4o byte-level BPE, Llama-2
     SentencePiece), scored on texts that each side tokenizes itself.
 For the random-weight files a third party computes the exact answer: PyTorch on the values the
@@ -154,6 +155,7 @@ def main():
     ap.add_argument("--json", help="write the rows here")
     a = ap.parse_args()
     sys.path.insert(0, os.path.join(a.llamacpp, "src", "gguf-py"))
+    os.environ["ASTRAI_BIN"] = a.astrai  # for the test helpers below
     import gguf
     import gguf_oracle as go
     import oracle_forward as of
@@ -172,12 +174,13 @@ def main():
     for name, cfg in go.MODELS.items():
         c = of.Cfg(cfg)
         W = of.random_weights(c)
-        for ttype in ["F32", "F16", "BF16", "Q8_0", "Q4_0"]:
+        k_quants = ["Q4_K"] if name == "llama_q4_k" else []
+        for ttype in ["F32", "F16", "BF16", "Q8_0", "Q4_0"] + k_quants:
             path = os.path.join(tmp, "%s_%s.gguf" % (name, ttype))
-            go.write_model_gguf(path, cfg, W, ttype)
+            go.write_model_gguf(path, cfg, W, ttype, blocks=go.our_q4_k(cfg, W, tmp) if ttype == "Q4_K" else None)
             rows.append(compare(name, ttype, score_all(path, cfg, seqs(c.vocab))))
-            if name == "llama_gqa" and ttype == "F32":
-                for q in ["Q8_0", "Q4_0"]:
+            if name in ("llama_gqa", "llama_q4_k") and ttype == "F32":
+                for q in ["Q8_0", "Q4_0"] + k_quants:
                     qpath = os.path.join(tmp, "%s_llama-quantize_%s.gguf" % (name, q))
                     subprocess.run([os.path.join(a.llamacpp, "build", "bin", "llama-quantize"), "--pure", path, qpath,
                                     q], check=True, capture_output=True)

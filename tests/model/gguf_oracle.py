@@ -47,6 +47,9 @@ MODELS = {
     "qwen3_qknorm": of.base("qwen3", num_attention_heads=8, num_key_value_heads=1, head_dim=24),
     # llama3 RoPE scaling, which the converter writes as per-pair frequency factors (rope_freqs).
     "llama3_freq_factors": of.MODELS["llama_gqa4_llama3"][0],
+    # Every matrix width a multiple of 256, for Q4_K's super-blocks.
+    "llama_q4_k": of.base("llama", hidden_size=256, intermediate_size=512, num_attention_heads=4,
+                          num_key_value_heads=2),
 }
 TYPES = ["F32", "F16", "BF16", "Q8_0", "Q4_0"]
 VOCABS = {"llama3": ("gpt2", "llama-bpe"), "qwen3": ("gpt2", "qwen2"), "gpt4o": ("gpt2", "gpt-4o"),
@@ -135,15 +138,29 @@ def write_model_meta(wr, cfg, ttype, vocab=None):
     wr.add_vocab_size(c.vocab)
     wr.add_file_type({"F32": gguf.LlamaFileType.ALL_F32, "F16": gguf.LlamaFileType.MOSTLY_F16,
                       "BF16": gguf.LlamaFileType.MOSTLY_BF16, "Q8_0": gguf.LlamaFileType.MOSTLY_Q8_0,
-                      "Q4_0": gguf.LlamaFileType.MOSTLY_Q4_0}[ttype])
+                      "Q4_0": gguf.LlamaFileType.MOSTLY_Q4_0, "Q4_K": gguf.LlamaFileType.MOSTLY_Q4_K_S}[ttype])
     if vocab:
         add_vocab(wr, *vocab)
     else:
         placeholder_vocab(wr, c.vocab)
 
 
-def write_model_gguf(path, cfg, W, ttype, vocab=None):
-    """Writes the model as llama.cpp's converter would; returns {HF name: values the file holds}."""
+def our_q4_k(cfg, W, tmp):
+    """{HF name: uint8 [rows, bytes]} of our quantizer's Q4_K blocks (gguf-py has no Q4_K quantizer;
+    our bytes equal llama.cpp's quantize_row_q4_K_ref, tests/model/quantize_oracle.py)."""
+    c = of.Cfg(cfg)
+    src, out = os.path.join(tmp, "q4k_src"), os.path.join(tmp, "q4k_out")
+    shutil.rmtree(src, ignore_errors=True)
+    shutil.rmtree(out, ignore_errors=True)
+    of.save_model(src, cfg, [(n, W[n]) for n, _, _ in of.param_shapes(c)], "F32")
+    of.run(["quantize", "--model", src, "--type", "q4_k", "--output", out])
+    return {n: np.frombuffer(b, np.uint8).reshape(shape)
+            for n, (dt, shape, b) in qo.read_raw(os.path.join(out, "model.safetensors")).items() if dt == "U8"}
+
+
+def write_model_gguf(path, cfg, W, ttype, vocab=None, blocks=None):
+    """Writes the model as llama.cpp's converter would; returns {HF name: values the file holds}.
+    `blocks`: already quantized matrices ({HF name: uint8 [rows, bytes]}, HF row order) of type ttype."""
     arch = {"llama": "llama", "mistral": "llama", "qwen2": "qwen2", "qwen3": "qwen3"}[cfg["model_type"]]
     c = of.Cfg(cfg)
     wr = gguf.GGUFWriter(path, arch)
@@ -164,6 +181,15 @@ def write_model_gguf(path, cfg, W, ttype, vocab=None):
         elif ttype == "F16":
             wr.add_tensor(name, a.astype(np.float16))
             v = a.astype(np.float16).astype(np.float32)
+        elif blocks is not None:
+            qt = getattr(gguf.GGMLQuantizationType, ttype)
+            q = blocks[hf]
+            if arch == "llama" and hf.endswith("q_proj.weight"):  # whole rows of blocks
+                q = permute(q, c.nh)
+            elif arch == "llama" and hf.endswith("k_proj.weight"):
+                q = permute(q, c.nkv)
+            wr.add_tensor(name, q, raw_shape=q.shape, raw_dtype=qt)
+            v = gguf.quants.dequantize(q, qt).reshape(a.shape)
         else:
             qt = getattr(gguf.GGMLQuantizationType, ttype)
             q = gguf.quants.quantize(a, qt)
@@ -190,17 +216,17 @@ def test_model(name, tmp, lv):
     c = of.Cfg(cfg)
     W = of.random_weights(c)
     seqs = [[(7 * i + 3) % c.vocab for i in range(1, 30)], [(11 * i + 5) % c.vocab for i in range(1, 9)]]
-    for ttype in TYPES:
+    for ttype in TYPES + (["Q4_K"] if name == "llama_q4_k" else []):
         path = os.path.join(tmp, "%s_%s.gguf" % (name, ttype))
         ref = os.path.join(tmp, "%s_%s_ref" % (name, ttype))
-        held = write_model_gguf(path, cfg, W, ttype)
+        held = write_model_gguf(path, cfg, W, ttype, blocks=our_q4_k(cfg, W, tmp) if ttype == "Q4_K" else None)
         ref_cfg = dict(cfg)
         if cfg.get("rope_scaling", {}).get("rope_type") == "llama3":  # the file's factors, not the formula
             ref_cfg["rope_scaling"] = {"rope_type": "freq_factors",
                                        "freq_factors": [float(x) for x in llama3_freq_factors(cfg)]}
         of.save_model(ref, ref_cfg, [(n, held[n]) for n, _, _ in of.param_shapes(c)], "F32")
         want = qo.score_at("auto", ref, seqs, tmp)
-        for level in (lv if ttype in ("Q4_0", "BF16") else ["auto"]):
+        for level in (lv if ttype in ("Q4_0", "Q4_K", "BF16") else ["auto"]):
             got = qo.score_at(level, path, seqs, tmp)
             check(got.tobytes() == want.tobytes(),
                   "%s %s (%s): logits of the GGUF file == f32 logits of the values it holds" % (name, ttype, level))
