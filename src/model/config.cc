@@ -11,7 +11,10 @@ namespace {
 
 // The block dtype a weight format names; kF32 for "" and for names we do not know.
 DType weight_format_dtype_or_f32(const std::string& format) {
-  return format == "q8_0" ? DType::kQ8_0 : format == "q4_0" ? DType::kQ4_0 : format == "q4_k" ? DType::kQ4_K : DType::kF32;
+  if (format == "q8_0") return DType::kQ8_0;
+  if (format == "q4_0") return DType::kQ4_0;
+  if (format == "q4_k") return DType::kQ4_K;
+  return DType::kF32;
 }
 
 }  // namespace

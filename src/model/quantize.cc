@@ -12,6 +12,14 @@ QuantizeReport save_quantized_checkpoint(const std::string& dir, ModelConfig con
   const DType block = ModelConfig::weight_format_dtype(format);
   ASTRAI_CHECK(is_block_type(block), "quantize: give a weight format (supported: q8_0, q4_0, q4_k)");
   const int64_t be = block_elems(block);
+  // Q4_K has no fallback: a matrix whose rows are not whole super-blocks is an error (a
+  // checkpoint holds one block format; docs/quantization.md), found before anything is written.
+  for (const auto& p : weights.params(config)) {
+    const Tensor& t = *p.tensor;
+    if (block == DType::kQ4_K && t.defined() && t.ndim() == 2 && t.dim(1) % be != 0)
+      fail("quantize: q4_k needs matrices whose rows (input width) are whole super-blocks of ", be, ": \"", p.name,
+           "\" is ", shape_str(t.shape()), "; use --type q4_0 (blocks of 32) or q8_0 for this model");
+  }
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) fail("cannot create directory ", dir, ": ", ec.message());
@@ -20,11 +28,6 @@ QuantizeReport save_quantized_checkpoint(const std::string& dir, ModelConfig con
   for (const auto& p : weights.params(config)) {
     const Tensor& t = *p.tensor;
     ASTRAI_CHECK(t.defined(), dir, ": parameter \"", p.name, "\" is not set");
-    // Q4_K has no fallback: a matrix whose rows are not whole super-blocks is an error (a
-    // checkpoint holds one block format; docs/quantization.md).
-    if (block == DType::kQ4_K && t.ndim() == 2 && t.dim(1) % be != 0)
-      fail("quantize: q4_k needs matrices whose rows (input width) are whole super-blocks of ", be, ": \"", p.name,
-           "\" is ", shape_str(t.shape()), "; use --type q4_0 (blocks of 32) or q8_0 for this model");
     const bool blocks = t.ndim() == 2 && t.dim(1) % be == 0;
     const DType to = blocks ? block : DType::kF32;
     out.emplace_back(p.name, t.dtype() == to ? t : t.to(to));

@@ -274,11 +274,26 @@ def test_q4k_adversarial(ggml, tmp):
           % (adv.shape[0], (" (differ: %s)" % bad) if bad else ""))
 
 
-def test_q4k_errors(tmp):
+def test_q4k_errors(tmp, q):
     src = os.path.join(tmp, "llama_mha_bias_tied_sharded")  # hidden size 64: no whole super-blocks
-    r = of.run(["quantize", "--model", src, "--output", os.path.join(tmp, "x"), "--type", "q4_k"], expect_ok=False)
-    check(r.returncode != 0 and "256" in r.stderr and "q4_0" in r.stderr and "model.embed_tokens.weight" in r.stderr,
-          "q4_k of matrices 64 wide is refused, naming the tensor and q4_0: %s" % r.stderr.strip()[-200:])
+    out = os.path.join(tmp, "x")
+    r = of.run(["quantize", "--model", src, "--output", out, "--type", "q4_k"], expect_ok=False)
+    check(r.returncode != 0 and "256" in r.stderr and "q4_0" in r.stderr and "model.embed_tokens.weight" in r.stderr
+          and not os.path.exists(out),
+          "q4_k of matrices 64 wide is refused before writing, naming the tensor and q4_0: %s" % r.stderr.strip()[-200:])
+    bad = os.path.join(tmp, "bad_shape_q4k")  # one super-block fewer per row of one matrix
+    os.makedirs(bad)
+    shutil.copy(os.path.join(q, "config.json"), bad)
+    tensors = read_raw(os.path.join(q, "model.safetensors"))
+    cut = next(k for k, (dt, _, _) in tensors.items() if dt == "U8" and tensors[k][1][1] > 144)
+    dt, shape, b = tensors[cut]
+    rows, cols = shape[0], shape[1] - 144
+    tensors[cut] = (dt, [rows, cols], b"".join(b[r * shape[1]:r * shape[1] + cols] for r in range(rows)))
+    of.st.write_safetensors(os.path.join(bad, "model.safetensors"), [(k,) + v for k, v in tensors.items()])
+    r = of.run(["score", "--model", bad, "--ids", "1,2,3"], expect_ok=False)
+    want = "U8 [%d, %d]" % (rows, shape[1])  # the byte shape it should have
+    check(r.returncode != 0 and cut in r.stderr and "Q4_K blocks" in r.stderr and want in r.stderr,
+          "a Q4_K matrix of the wrong byte shape is named: %s" % r.stderr.strip()[-200:])
 
 
 def main():
@@ -301,7 +316,7 @@ def main():
         for fmt in ("q4_0", "q4_k"):
             r = of.run(["info", "--model", outs[fmt][1]], expect_ok=False)
             check(r.returncode == 0 and fmt in r.stdout, "info names the %s format" % fmt)
-        test_q4k_errors(tmp)
+        test_q4k_errors(tmp, os.path.join(tmp, "llama_q4k_gqa_q4_k"))  # its down_proj rows are 2 super-blocks
         test_errors(*outs["q8_0"], tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

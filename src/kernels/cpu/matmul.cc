@@ -326,8 +326,8 @@ void linear(const float* x, int64_t m, const WeightView& w, const float* bias, f
     case DType::kQ8_0:
     case DType::kQ4_0:
     case DType::kQ4_K:
-      ASTRAI_CHECK(w.cols % block_elems(w.dtype) == 0, "linear: ", dtype_name(w.dtype), " weights need whole blocks of ",
-                   block_elems(w.dtype), " (cols ", w.cols, ")");
+      ASTRAI_CHECK(w.cols % block_elems(w.dtype) == 0, "linear: ", dtype_name(w.dtype),
+                   " weights need whole blocks of ", block_elems(w.dtype), " (cols ", w.cols, ")");
       if (w.dtype == DType::kQ8_0) return linear_typed<DType::kQ8_0>(x, m, w, bias, y);
       if (w.dtype == DType::kQ4_0) return linear_typed<DType::kQ4_0>(x, m, w, bias, y);
       return linear_typed<DType::kQ4_K>(x, m, w, bias, y);
