@@ -1,0 +1,368 @@
+#!/usr/bin/python3
+"""Quality of our weight quantizers next to llama.cpp's, on one trained model and one text.
+
+For a trained f32 Llama checkpoint (our HF layout, a byte-level BPE tokenizer.json):
+  1. writes it as GGUF (f32) with its real tokenizer in the metadata (tokenizer.ggml.model gpt2,
+     tokens, merges, token types, the llama.cpp pre-tokenizer whose regex is the tokenizer's), so
+     llama.cpp tokenizes the text into the ids we do (checked: the ids llama-perplexity saves with
+     the base logits are compared with `astrai tokenize`);
+  2. for each format in --formats: `astrai quantize --type FMT` and those exact blocks written
+     into GGUF (Q and K rows permuted whole, as llama.cpp's converter does, so blocks stay
+     intact); a format `astrai quantize` rejects is skipped with a note;
+  3. the f32 GGUF quantized by `llama-quantize --pure` to the same type (every matrix, the tied
+     embedding too), and, as extra rows, by llama-quantize's default mixtures (--mixtures);
+  4. `llama-perplexity -f TEXT -c CTX --kl-divergence-base` on the f32 GGUF, then
+     `--kl-divergence` on each quantized GGUF (same threads, context, f32 KV cache): perplexity,
+     mean KL divergence to the f32 model's next-token distribution, same top token %;
+  5. `astrai eval perplexity --context CTX --stride CTX/2` on our f32 and quantized checkpoints
+     (our engine: f32 activations), as a cross-check;
+  6. whether our GGUF and llama-quantize --pure's hold the same bytes, tensor by tensor.
+Prints a Markdown table and writes everything as JSON (OUT/results.json).
+
+    bench/quant_quality/run.py --model runs/quality/model --llama-bin build/llamacpp/build/bin \\
+        --text runs/quality/eval.txt [--formats q8_0,q4_0] [--mixtures Q4_0,Q4_K_M] [--ctx 128]
+        [--threads 2] [--astrai build/release/src/astrai] [--out build/quant_quality]
+
+llama-perplexity scores the second half of each non-overlapping CTX-token chunk (tokens with
+CTX/2+1 to CTX-1 tokens of context, about half the text); `astrai eval perplexity` with stride
+CTX/2 scores every token once, past the first window with CTX/2 to CTX-1 tokens of context, and
+runs our kernels (f32 activations, where llama.cpp rounds them to 8 bits for quantized weights),
+so the two perplexities are close, not equal. Our formats' GGUF rows and llama-quantize --pure's
+share one llama-perplexity run when their tensors are byte-identical (the same numbers follow).
+Needs: numpy, llama.cpp's source tree next to its build (gguf-py: --llama-src, default
+LLAMA_BIN/../../src).
+"""
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+sys.path.insert(0, os.path.join(ROOT, "bench", "llamacpp"))
+from compare import cpu_model, write_gguf  # noqa: E402
+from safetensors_np import read_safetensors  # noqa: E402
+
+# our --type -> (the GGML type of every matrix, a llama-quantize type whose --pure run gives it)
+FORMATS = {"q8_0": ("Q8_0", "Q8_0"), "q4_0": ("Q4_0", "Q4_0"), "q4_k": ("Q4_K", "Q4_K_S")}
+# llama.cpp's pre-tokenizer names (tokenizer.ggml.pre) for the split regexes of byte-level BPE
+# tokenizers, as llama.cpp's src/llama-vocab.cpp pairs them.
+QWEN2_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+               r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+PRE_TOKENIZERS = {QWEN2_SPLIT: "qwen2"}
+
+
+def log(*a):
+    print("quant_quality:", *a, file=sys.stderr, flush=True)
+
+
+def run(cmd, check=True):
+    log(" ".join(cmd))
+    t = time.time()
+    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if check and r.returncode != 0:
+        sys.exit(f"quant_quality: {cmd[0]} failed ({r.returncode}):\n{r.stdout[-3000:]}")
+    log(f"  {time.time() - t:.0f} s")
+    return r
+
+
+def pre_tokenizer_name(tok):
+    """The tokenizer.ggml.pre value whose regex is this tokenizer.json's split, or an error."""
+    pt = tok.get("pre_tokenizer") or {}
+    seq = pt.get("pretokenizers", [pt]) if pt.get("type") == "Sequence" else [pt]
+    kinds = [p.get("type") for p in seq]
+    if kinds == ["Split", "ByteLevel"] and not seq[1].get("use_regex", True) \
+            and seq[0].get("behavior") == "Isolated" and not seq[0].get("invert", False):
+        name = PRE_TOKENIZERS.get(seq[0]["pattern"].get("Regex"))
+        if name:
+            return name
+    if kinds == ["ByteLevel"] and seq[0].get("use_regex", True) and not seq[0].get("add_prefix_space", False):
+        return "gpt2"
+    sys.exit("quant_quality: no llama.cpp pre-tokenizer known for this tokenizer.json's pre_tokenizer: "
+             + json.dumps(pt)[:400])
+
+
+def bpe_vocab(model_dir, vocab_size):
+    """callable(writer, gguf) adding model_dir's byte-level BPE tokenizer as GGUF metadata."""
+    tok = json.load(open(os.path.join(model_dir, "tokenizer.json")))
+    cfg_path = os.path.join(model_dir, "tokenizer_config.json")
+    tcfg = json.load(open(cfg_path)) if os.path.exists(cfg_path) else {}
+    m = tok["model"]
+    if m.get("type") != "BPE" or (tok.get("decoder") or {}).get("type") != "ByteLevel":
+        sys.exit("quant_quality: only byte-level BPE tokenizers are supported")
+    pre = pre_tokenizer_name(tok)
+    ids = dict(m["vocab"])
+    special = {}
+    for t in tok.get("added_tokens", []):
+        ids[t["content"]] = t["id"]
+        special[t["id"]] = t.get("special", False)
+    tokens = [None] * vocab_size
+    for piece, i in ids.items():
+        if i < vocab_size:
+            tokens[i] = piece
+    missing = [i for i, t in enumerate(tokens) if t is None]
+    for i in missing:  # ids the tokenizer never produces: unused padding pieces
+        tokens[i] = f"[PAD{i}]"
+    merges = [mg if isinstance(mg, str) else " ".join(mg) for mg in m["merges"]]
+
+    def add(wr, gguf):
+        types = []
+        for i in range(vocab_size):
+            if i in special:
+                types.append(gguf.TokenType.CONTROL if special[i] else gguf.TokenType.USER_DEFINED)
+            elif i in missing:
+                types.append(gguf.TokenType.UNUSED)
+            else:
+                types.append(gguf.TokenType.NORMAL)
+        wr.add_tokenizer_model("gpt2")
+        wr.add_tokenizer_pre(pre)
+        wr.add_token_list(tokens)
+        wr.add_token_types(types)
+        wr.add_token_merges(merges)
+        for key, add_id in (("bos_token", wr.add_bos_token_id), ("eos_token", wr.add_eos_token_id),
+                            ("pad_token", wr.add_pad_token_id)):
+            name = tcfg.get(key)
+            if isinstance(name, dict):
+                name = name.get("content")
+            if name in ids:
+                add_id(ids[name])
+        wr.add_add_bos_token(bool(tcfg.get("add_bos_token", False)))
+        wr.add_add_eos_token(bool(tcfg.get("add_eos_token", False)))
+
+    return add, pre
+
+
+def load_checkpoint(model_dir, qtype=None):
+    """HF name -> f32 array, or (uint8 blocks, qtype) for the U8 matrices of a quantized one."""
+    out = {}
+    for name, a in read_safetensors(os.path.join(model_dir, "model.safetensors")).items():
+        if a.dtype == np.uint8:
+            if qtype is None:
+                sys.exit(f"quant_quality: {model_dir}: {name} is U8 in an unquantized checkpoint")
+            out[name] = (a, qtype)
+        else:
+            out[name] = a.astype(np.float32)
+    return out
+
+
+def gguf_tensors(path, gguf):
+    """tensor name -> (GGML type name, raw bytes) of a GGUF file."""
+    r = gguf.GGUFReader(path)
+    return {t.name: (t.tensor_type.name, bytes(np.asarray(t.data).tobytes())) for t in r.tensors}
+
+
+def compare_gguf(ours, theirs, gguf):
+    a, b = gguf_tensors(ours, gguf), gguf_tensors(theirs, gguf)
+    same = sorted(n for n in a if n in b and a[n] == b[n])
+    diff = sorted(n for n in a if n in b and a[n] != b[n])
+    detail = {n: {"ours": a[n][0], "llama-quantize": b[n][0]} for n in diff}
+    return {"tensors": len(a), "identical": len(same), "differ": detail,
+            "only_ours": sorted(set(a) - set(b)), "only_llama": sorted(set(b) - set(a))}
+
+
+def parse_perplexity(text, kl=False, fatal=True):
+    """PPL, mean KL, same-top % (and their ± where printed) from llama-perplexity's log."""
+    res = {}
+    m = re.search(r"Mean PPL\(Q\)\s*:\s*([\d.]+)\s*±\s*([\d.]+)", text)
+    if m:
+        res["ppl"], res["ppl_err"] = float(m[1]), float(m[2])
+    else:
+        m = re.search(r"Final estimate: PPL = ([\d.]+) \+/- ([\d.]+)", text)
+        if m:
+            res["ppl"], res["ppl_err"] = float(m[1]), float(m[2])
+    m = re.search(r"Mean\s+KLD:\s*([-\d.e]+)\s*±\s*([\d.e-]+)", text)
+    if m:
+        res["kld"], res["kld_err"] = float(m[1]), float(m[2])
+    m = re.search(r"99\.0%\s+KLD:\s*([-\d.e]+)", text)
+    if m:
+        res["kld_p99"] = float(m[1])
+    m = re.search(r"Same top p:\s*([\d.]+)\s*±\s*([\d.]+)", text)
+    if m:
+        res["same_top"], res["same_top_err"] = float(m[1]), float(m[2])
+    m = re.search(r"Mean ln\(PPL\(Q\)/PPL\(base\)\)\s*:\s*([-\d.]+)", text)
+    if m:
+        res["ln_ppl_ratio"] = float(m[1])
+    m = re.search(r"calculating perplexity over (\d+) chunks|computing over (\d+) chunks", text)
+    if m:
+        res["chunks"] = int(m[1] or m[2])
+    if "ppl" not in res or (kl and "kld" not in res):
+        if fatal:
+            sys.exit("quant_quality: no perplexity in llama-perplexity's output:\n" + text[-3000:])
+        return None
+    return res
+
+
+def llama_perplexity(a, gguf_path, extra):
+    cmd = [os.path.join(a.llama_bin, "llama-perplexity"), "-m", gguf_path, "-f", a.text, "-c", str(a.ctx),
+           "-b", str(a.ctx), "-t", str(a.threads), "-ctk", "f32", "-ctv", "f32"] + extra
+    logs = os.path.join(a.out, "logs")
+    os.makedirs(logs, exist_ok=True)
+    for attempt in range(2):
+        out = run(cmd).stdout
+        with open(os.path.join(logs, os.path.basename(gguf_path) + ".perplexity.txt"), "w") as f:
+            f.write(out)
+        res = parse_perplexity(out, kl="--kl-divergence" in extra, fatal=attempt == 1)
+        if res:
+            return res
+        # seen once: a run that exits 0 without its closing statistics; the run is deterministic
+        log("no closing statistics in llama-perplexity's output; running it again")
+
+
+def base_tokens(logits_file):
+    """The token ids llama-perplexity saved with the base logits (n_chunk * n_ctx of them)."""
+    with open(logits_file, "rb") as f:
+        if f.read(8) != b"_logits_":
+            sys.exit(f"quant_quality: {logits_file}: not a llama-perplexity logits file")
+        n_ctx, _n_vocab, n_chunk = np.frombuffer(f.read(12), dtype=np.int32)
+        return np.frombuffer(f.read(4 * int(n_ctx) * int(n_chunk)), dtype=np.int32)
+
+
+def our_perplexity(a, model_dir):
+    r = run([a.astrai, "eval", "perplexity", "--model", model_dir, "--data", a.text, "--context", str(a.ctx),
+             "--stride", str(a.ctx // 2), "--threads", str(a.threads), "--json"])
+    j = next(json.loads(line) for line in reversed(r.stdout.splitlines()) if line.startswith("{"))
+    return {"ppl": j["perplexity"], "nll_per_token": j["nll_per_token"], "scored_tokens": j["scored_tokens"]}
+
+
+def fmt(v, spec):
+    return "-" if v is None else format(v, spec)
+
+
+def table(rows):
+    lines = ["| format | quantizer | file bytes | PPL (llama.cpp) | mean KL to f32 | 99% KL | same top token |"
+             " PPL (astrai eval) |", "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lp, ours = r.get("llama_perplexity", {}), r.get("astrai_eval", {})
+        kld = lp.get("kld")
+        kl = "-" if kld is None else f"{kld:.5f} ± {lp['kld_err']:.5f}"
+        top = "-" if "same_top" not in lp else f"{lp['same_top']:.2f} ± {lp['same_top_err']:.2f} %"
+        ppl = "-" if "ppl" not in lp else f"{lp['ppl']:.3f} ± {lp['ppl_err']:.3f}"
+        lines.append(f"| {r['format']} | {r['quantizer']} | {r['bytes']:,} | {ppl} | {kl} | "
+                     f"{fmt(lp.get('kld_p99'), '.4f')} | {top} | {fmt(ours.get('ppl'), '.3f')} |")
+    return "\n".join(lines)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", required=True, help="trained f32 checkpoint directory (config.json, "
+                    "model.safetensors, tokenizer.json)")
+    ap.add_argument("--llama-bin", required=True, help="llama.cpp's bin directory (llama-perplexity, llama-quantize)")
+    ap.add_argument("--llama-src", help="llama.cpp's source tree, for gguf-py (default: LLAMA_BIN/../../src)")
+    ap.add_argument("--text", required=True, help="evaluation text file")
+    ap.add_argument("--formats", default="q8_0,q4_0,q4_k",
+                    help=f"our formats, each against llama-quantize --pure (known: {', '.join(FORMATS)})")
+    ap.add_argument("--mixtures", default="Q4_0,Q4_K_M",
+                    help="llama-quantize types run without --pure (its default per-tensor mixture); '' for none")
+    ap.add_argument("--ctx", type=int, default=128, help="context: llama-perplexity -c, astrai eval --context")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--astrai", default=os.path.join(ROOT, "build", "release", "src", "astrai"))
+    ap.add_argument("--out", default=os.path.join(ROOT, "build", "quant_quality"))
+    ap.add_argument("--no-astrai-eval", action="store_true", help="skip the astrai eval perplexity cross-check")
+    a = ap.parse_args()
+    formats = [f for f in a.formats.split(",") if f]
+    for f in formats:
+        if f not in FORMATS:
+            sys.exit(f"quant_quality: unknown format {f} (known: {', '.join(FORMATS)})")
+    mixtures = [m for m in a.mixtures.split(",") if m]
+    src = a.llama_src or os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(a.llama_bin))), "src")
+    sys.path.insert(0, os.path.join(src, "gguf-py"))
+    import gguf
+    os.makedirs(a.out, exist_ok=True)
+    config = json.load(open(os.path.join(a.model, "config.json")))
+    if config.get("quantization_config"):
+        sys.exit("quant_quality: --model must be the float checkpoint")
+    vocab, pre = bpe_vocab(a.model, config["vocab_size"])
+    quantize = os.path.join(a.llama_bin, "llama-quantize")
+
+    # f32 GGUF and the base logits
+    f32_gguf = os.path.join(a.out, "model-f32.gguf")
+    write_gguf(load_checkpoint(a.model), "f32", f32_gguf, src, config=config, vocab=vocab)
+    base_logits = os.path.join(a.out, "base.logits")
+    rows = [{"format": "f32", "quantizer": "-", "bytes": os.path.getsize(f32_gguf), "gguf": f32_gguf,
+             "llama_perplexity": llama_perplexity(a, f32_gguf, ["--kl-divergence-base", base_logits])}]
+    if not a.no_astrai_eval:
+        rows[0]["astrai_eval"] = our_perplexity(a, a.model)
+
+    # the tokens llama.cpp read are ours
+    r = run([a.astrai, "tokenize", "--tokenizer", a.model, "--file", a.text, "--json"])
+    our_ids = np.array(json.loads(r.stdout)["ids"], dtype=np.int32)
+    theirs = base_tokens(base_logits)
+    tokens_match = bool(len(our_ids) >= len(theirs) and np.array_equal(our_ids[:len(theirs)], theirs))
+    log(f"tokenization: ours {len(our_ids)} tokens, llama.cpp's first {len(theirs)} "
+        f"{'identical' if tokens_match else 'DIFFER'}")
+
+    def kl_row(fmt_name, quantizer, path, model_dir=None):
+        row = {"format": fmt_name, "quantizer": quantizer, "bytes": os.path.getsize(path), "gguf": path,
+               "llama_perplexity": llama_perplexity(a, path, ["--kl-divergence-base", base_logits, "--kl-divergence"])}
+        if model_dir and not a.no_astrai_eval:
+            row["astrai_eval"] = our_perplexity(a, model_dir)
+        return row
+
+    notes, identity = [], {}
+    for f in formats:
+        qtype, llama_type = FORMATS[f]
+        qdir = os.path.join(a.out, f"astrai-{f}")
+        r = run([a.astrai, "quantize", "--model", a.model, "--type", f, "--output", qdir], check=False)
+        ours_gguf = None
+        if r.returncode != 0:
+            last = r.stdout.strip().splitlines()[-1] if r.stdout.strip() else f"exit {r.returncode}"
+            notes.append(f"{f}: astrai quantize rejects it ({last.strip()}); llama.cpp's row only")
+            log(notes[-1])
+        else:
+            ours_gguf = os.path.join(a.out, f"astrai-{f}.gguf")
+            write_gguf(load_checkpoint(qdir, qtype), "f32", ours_gguf, src, config=config, vocab=vocab,
+                       file_type=f"MOSTLY_{qtype}")
+        pure = os.path.join(a.out, f"llama-{f}-pure.gguf")
+        run([quantize, "--pure", f32_gguf, pure, llama_type, str(a.threads)])
+        if ours_gguf:
+            rows.append(kl_row(f, "astrai quantize", ours_gguf, qdir))
+            identity[f] = d = compare_gguf(ours_gguf, pure, gguf)
+            log(f"{f}: {d['identical']}/{d['tensors']} tensors byte-identical to llama-quantize's")
+            if d["identical"] == d["tensors"] and not d["only_llama"]:
+                # the same tensors: llama-perplexity computes the same numbers; not run twice
+                row = dict(rows[-1], quantizer="llama-quantize --pure", bytes=os.path.getsize(pure), gguf=pure,
+                           same_tensors_as=ours_gguf)
+                row.pop("astrai_eval", None)
+                rows.append(row)
+                continue
+        rows.append(kl_row(f, "llama-quantize --pure", pure))
+    for m in mixtures:
+        path = os.path.join(a.out, f"llama-{m}.gguf")
+        r = run([quantize, f32_gguf, path, m, str(a.threads)])
+        mix = {}
+        for t in gguf.GGUFReader(path).tensors:
+            mix[t.tensor_type.name] = mix.get(t.tensor_type.name, 0) + 1
+        row = kl_row(m, "llama-quantize (default mixture)", path)
+        row["tensor_types"] = mix
+        rows.append(row)
+
+    commit = subprocess.run(["git", "-C", src, "rev-parse", "HEAD"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                            text=True).stdout.strip()
+    report = {"cpu": cpu_model(), "threads": a.threads, "llama_cpp_commit": commit, "ctx": a.ctx, "date": time.strftime("%Y-%m-%d"),
+              "model": os.path.abspath(a.model), "config": config, "text": os.path.abspath(a.text),
+              "text_bytes": os.path.getsize(a.text), "text_tokens": int(len(our_ids)), "pre_tokenizer": pre,
+              "llama_tokens_identical": tokens_match, "rows": rows, "byte_identity": identity, "notes": notes}
+    with open(os.path.join(a.out, "results.json"), "w") as f:
+        json.dump(report, f, indent=1)
+    chunks = rows[0]["llama_perplexity"].get("chunks")
+    print(f"{report['cpu']}, {a.threads} threads, {report['date']}; text {report['text_bytes']:,} bytes, "
+          f"{len(our_ids):,} tokens ({'llama.cpp tokenizes it identically' if tokens_match else 'llama.cpp TOKENIZES IT DIFFERENTLY'}); "
+          f"context {a.ctx}, {chunks} chunks\n")
+    print(table(rows))
+    for f, d in identity.items():
+        print(f"\n{f}: {d['identical']} of {d['tensors']} tensors byte-identical to llama-quantize --pure's"
+              + (f"; differ: {json.dumps(d['differ'])}" if d["differ"] else ""))
+    for mrow in rows:
+        if "tensor_types" in mrow:
+            print(f"\n{mrow['format']} mixture: {json.dumps(mrow['tensor_types'])}")
+    for n in notes:
+        print("\nnote:", n)
+
+
+if __name__ == "__main__":
+    main()
