@@ -13,7 +13,9 @@ For a trained f32 Llama checkpoint (our HF layout, a byte-level BPE tokenizer.js
      embedding too), and, as extra rows, by llama-quantize's default mixtures (--mixtures);
   4. `llama-perplexity -f TEXT -c CTX --kl-divergence-base` on the f32 GGUF, then
      `--kl-divergence` on each quantized GGUF (same threads, context, f32 KV cache): perplexity,
-     mean KL divergence to the f32 model's next-token distribution, same top token %;
+     mean KL divergence to the f32 model's next-token distribution, same top token %
+     (llama-perplexity runs with exit_delay.c preloaded: its logger can drop the closing
+     statistics at exit on a busy machine);
   5. `astrai eval perplexity --context CTX --stride CTX/2` on our f32 and quantized checkpoints
      (our engine: f32 activations), as a cross-check;
   6. whether our GGUF and llama-quantize --pure's hold the same bytes, tensor by tensor.
@@ -61,10 +63,10 @@ def log(*a):
     print("quant_quality:", *a, file=sys.stderr, flush=True)
 
 
-def run(cmd, check=True):
+def run(cmd, check=True, env=None):
     log(" ".join(cmd))
     t = time.time()
-    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     if check and r.returncode != 0:
         sys.exit(f"quant_quality: {cmd[0]} failed ({r.returncode}):\n{r.stdout[-3000:]}")
     log(f"  {time.time() - t:.0f} s")
@@ -202,14 +204,14 @@ def llama_perplexity(a, gguf_path, extra):
            "-b", str(a.ctx), "-t", str(a.threads), "-ctk", "f32", "-ctv", "f32"] + extra
     logs = os.path.join(a.out, "logs")
     os.makedirs(logs, exist_ok=True)
-    for attempt in range(2):
-        out = run(cmd).stdout
+    for attempt in range(3):
+        out = run(cmd, env=a.perplexity_env).stdout
         with open(os.path.join(logs, os.path.basename(gguf_path) + ".perplexity.txt"), "w") as f:
             f.write(out)
-        res = parse_perplexity(out, kl="--kl-divergence" in extra, fatal=attempt == 1)
+        res = parse_perplexity(out, kl="--kl-divergence" in extra, fatal=attempt == 2)
         if res:
             return res
-        # seen once: a run that exits 0 without its closing statistics; the run is deterministic
+        # its logger can lose the last lines at exit (exit_delay.c); the run is deterministic
         log("no closing statistics in llama-perplexity's output; running it again")
 
 
@@ -239,11 +241,12 @@ def table(rows):
     for r in rows:
         lp, ours = r.get("llama_perplexity", {}), r.get("astrai_eval", {})
         kld = lp.get("kld")
-        kl = "-" if kld is None else f"{kld:.5f} ± {lp['kld_err']:.5f}"
+        kl = "-" if kld is None else f"{kld:.6f} ± {lp['kld_err']:.6f}"
         top = "-" if "same_top" not in lp else f"{lp['same_top']:.2f} ± {lp['same_top_err']:.2f} %"
         ppl = "-" if "ppl" not in lp else f"{lp['ppl']:.3f} ± {lp['ppl_err']:.3f}"
-        lines.append(f"| {r['format']} | {r['quantizer']} | {r['bytes']:,} | {ppl} | {kl} | "
-                     f"{fmt(lp.get('kld_p99'), '.4f')} | {top} | {fmt(ours.get('ppl'), '.3f')} |")
+        q = r["quantizer"] + (" (tensors byte-identical to ours)" if r.get("same_tensors_as") else "")
+        lines.append(f"| {r['format']} | {q} | {r['bytes']:,} | {ppl} | {kl} | "
+                     f"{fmt(lp.get('kld_p99'), '.6f')} | {top} | {fmt(ours.get('ppl'), '.3f')} |")
     return "\n".join(lines)
 
 
@@ -273,6 +276,14 @@ def main():
     sys.path.insert(0, os.path.join(src, "gguf-py"))
     import gguf
     os.makedirs(a.out, exist_ok=True)
+    a.perplexity_env = None
+    shim = os.path.join(a.out, "exit_delay.so")
+    r = subprocess.run(["cc", "-O2", "-shared", "-fPIC", "-o", shim, os.path.join(os.path.dirname(__file__), "exit_delay.c")],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if r.returncode == 0:
+        a.perplexity_env = dict(os.environ, LD_PRELOAD=shim)
+    else:
+        log("no C compiler for exit_delay.c: llama-perplexity runs that lose their last lines are rerun")
     config = json.load(open(os.path.join(a.model, "config.json")))
     if config.get("quantization_config"):
         sys.exit("quant_quality: --model must be the float checkpoint")
@@ -310,8 +321,8 @@ def main():
         r = run([a.astrai, "quantize", "--model", a.model, "--type", f, "--output", qdir], check=False)
         ours_gguf = None
         if r.returncode != 0:
-            last = r.stdout.strip().splitlines()[-1] if r.stdout.strip() else f"exit {r.returncode}"
-            notes.append(f"{f}: astrai quantize rejects it ({last.strip()}); llama.cpp's row only")
+            why = r.stdout.strip().splitlines()[0] if r.stdout.strip() else f"exit {r.returncode}"
+            notes.append(f"{f}: astrai quantize rejects it ({why.strip()}); llama.cpp's row only")
             log(notes[-1])
         else:
             ours_gguf = os.path.join(a.out, f"astrai-{f}.gguf")
