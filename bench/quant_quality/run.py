@@ -10,20 +10,23 @@ For a trained f32 Llama checkpoint (our HF layout, a byte-level BPE tokenizer.js
      into GGUF (Q and K rows permuted whole, as llama.cpp's converter does, so blocks stay
      intact); a format `astrai quantize` rejects is skipped with a note;
   3. the f32 GGUF quantized by `llama-quantize --pure` to the same type (every matrix, the tied
-     embedding too), and, as extra rows, by llama-quantize's default mixtures (--mixtures);
+     embedding too), and, as extra rows, by llama-quantize's default mixtures (--mixtures; also
+     --pure with only the token embedding, which is also the output matrix when tied, kept wider);
   4. `llama-perplexity -f TEXT -c CTX --kl-divergence-base` on the f32 GGUF, then
      `--kl-divergence` on each quantized GGUF (same threads, context, f32 KV cache): perplexity,
      mean KL divergence to the f32 model's next-token distribution, same top token %
      (llama-perplexity runs with exit_delay.c preloaded: its logger can drop the closing
      statistics at exit on a busy machine);
   5. `astrai eval perplexity --context CTX --stride CTX/2` on our f32 and quantized checkpoints
-     (our engine: f32 activations), as a cross-check;
+     (our engine: f32 activations), as a cross-check; and `astrai score` on llama-perplexity's
+     chunks: our f32 model's log-probabilities against those llama.cpp stored for its f32 model
+     (the GGUF conversion check), our quantized models' mean KL and same top token against our f32;
   6. whether our GGUF and llama-quantize --pure's hold the same bytes, tensor by tensor.
 Prints a Markdown table and writes everything as JSON (OUT/results.json).
 
     bench/quant_quality/run.py --model runs/quality/model --llama-bin build/llamacpp/build/bin \\
-        --text runs/quality/eval.txt [--formats q8_0,q4_0] [--mixtures Q4_0,Q4_K_M] [--ctx 128]
-        [--threads 2] [--astrai build/release/src/astrai] [--out build/quant_quality]
+        --text runs/quality/eval.txt [--formats q8_0,q4_0,q4_k] [--mixtures Q4_0,Q4_K_M,Q4_0:embd=Q8_0]
+        [--ctx 128] [--threads 2] [--astrai build/release/src/astrai] [--out build/quant_quality]
 
 llama-perplexity scores the second half of each non-overlapping CTX-token chunk (tokens with
 CTX/2+1 to CTX-1 tokens of context, about half the text); `astrai eval perplexity` with stride
@@ -224,6 +227,60 @@ def base_tokens(logits_file):
         return np.frombuffer(f.read(4 * int(n_ctx) * int(n_chunk)), dtype=np.int32)
 
 
+def base_logprobs(logits_file):
+    """(tokens [chunks, ctx], log-probabilities [chunks, ctx/2 - 1, vocab]) from llama-perplexity's
+    --kl-divergence-base file: per chunk, the distributions at positions ctx/2 .. ctx-2, each
+    stored as a scale, the lowest log-probability kept (16 nats under the top) and 16-bit steps."""
+    with open(logits_file, "rb") as f:
+        f.read(8)
+        n_ctx, n_vocab, n_chunk = (int(x) for x in np.frombuffer(f.read(12), dtype=np.int32))
+        tokens = np.frombuffer(f.read(4 * n_ctx * n_chunk), dtype=np.int32).reshape(n_chunk, n_ctx)
+        nv = 2 * ((n_vocab + 1) // 2) + 4
+        n = n_ctx - 1 - n_ctx // 2
+        raw = np.frombuffer(f.read(), dtype=np.uint16).reshape(n_chunk, n, nv)
+    head = raw[:, :, :4].copy().view(np.float32)  # [chunks, n, 2]: scale, min log-probability
+    lp = head[:, :, 1:2] + head[:, :, 0:1] * raw[:, :, 4:4 + n_vocab].astype(np.float32)
+    return tokens, lp
+
+
+def log_softmax(x):
+    x = x.astype(np.float64)
+    x -= x.max(axis=-1, keepdims=True)
+    return (x - np.log(np.exp(x).sum(axis=-1, keepdims=True))).astype(np.float32)
+
+
+def our_logprobs(a, model_dir, tokens):
+    """Our engine's log-probabilities (`astrai score`, every chunk one sequence of a packed batch)
+    at the positions llama-perplexity scores: [chunks, ctx/2 - 1, vocab]."""
+    n_chunk, n_ctx = tokens.shape
+    path = os.path.join(a.out, "score-logits.npy")
+    cmd = [a.astrai, "score", "--model", model_dir, "--threads", str(a.threads), "--dump-logits", path]
+    for c in tokens:
+        cmd += ["--ids", ",".join(str(int(t)) for t in c)]
+    log(f"{a.astrai} score --model {model_dir} --ids ... ({n_chunk} sequences of {n_ctx}) --dump-logits {path}")
+    t = time.time()
+    r = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if r.returncode != 0:
+        sys.exit(f"quant_quality: astrai score failed ({r.returncode}):\n{r.stderr[-3000:]}")
+    log(f"  {time.time() - t:.0f} s")
+    logits = np.load(path, mmap_mode="r").reshape(n_chunk, n_ctx, -1)
+    out = np.stack([log_softmax(logits[i, n_ctx // 2:n_ctx - 1]) for i in range(n_chunk)])
+    del logits
+    os.remove(path)
+    return out
+
+
+def kl_stats(p_log, q_log):
+    """Mean and 99th percentile of KL(p || q) per position, and the share of positions whose most
+    likely token is the same, as llama-perplexity reports them."""
+    kl = np.concatenate([(np.exp(p.astype(np.float64)) * (p.astype(np.float64) - q)).sum(-1).ravel()
+                         for p, q in zip(p_log, q_log)])
+    same = float((p_log.argmax(-1) == q_log.argmax(-1)).mean())
+    return {"kld": float(kl.mean()), "kld_err": float(kl.std(ddof=1) / np.sqrt(kl.size)),
+            "kld_p99": float(np.percentile(kl, 99)), "same_top": 100 * same,
+            "same_top_err": 100 * float(np.sqrt(same * (1 - same) / (kl.size - 1)))}
+
+
 def our_perplexity(a, model_dir):
     r = run([a.astrai, "eval", "perplexity", "--model", model_dir, "--data", a.text, "--context", str(a.ctx),
              "--stride", str(a.ctx // 2), "--threads", str(a.threads), "--json"])
@@ -237,16 +294,19 @@ def fmt(v, spec):
 
 def table(rows):
     lines = ["| format | quantizer | file bytes | PPL (llama.cpp) | mean KL to f32 | 99% KL | same top token |"
-             " PPL (astrai eval) |", "|---|---|---|---|---|---|---|---|"]
+             " PPL (astrai eval) | mean KL, astrai engine | same top, astrai engine |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        lp, ours = r.get("llama_perplexity", {}), r.get("astrai_eval", {})
+        lp, ours, ok = r.get("llama_perplexity", {}), r.get("astrai_eval", {}), r.get("astrai_kl", {})
         kld = lp.get("kld")
         kl = "-" if kld is None else f"{kld:.6f} ± {lp['kld_err']:.6f}"
         top = "-" if "same_top" not in lp else f"{lp['same_top']:.2f} ± {lp['same_top_err']:.2f} %"
         ppl = "-" if "ppl" not in lp else f"{lp['ppl']:.3f} ± {lp['ppl_err']:.3f}"
         q = r["quantizer"] + (" (tensors byte-identical to ours)" if r.get("same_tensors_as") else "")
         lines.append(f"| {r['format']} | {q} | {r['bytes']:,} | {ppl} | {kl} | "
-                     f"{fmt(lp.get('kld_p99'), '.6f')} | {top} | {fmt(ours.get('ppl'), '.3f')} |")
+                     f"{fmt(lp.get('kld_p99'), '.6f')} | {top} | {fmt(ours.get('ppl'), '.3f')} | "
+                     + ("-" if not ok else f"{ok['kld']:.6f} ± {ok['kld_err']:.6f}") + " | "
+                     + ("-" if not ok else f"{ok['same_top']:.2f} ± {ok['same_top_err']:.2f} %") + " |")
     return "\n".join(lines)
 
 
@@ -259,13 +319,15 @@ def main():
     ap.add_argument("--text", required=True, help="evaluation text file")
     ap.add_argument("--formats", default="q8_0,q4_0,q4_k",
                     help=f"our formats, each against llama-quantize --pure (known: {', '.join(FORMATS)})")
-    ap.add_argument("--mixtures", default="Q4_0,Q4_K_M",
-                    help="llama-quantize types run without --pure (its default per-tensor mixture); '' for none")
+    ap.add_argument("--mixtures", default="Q4_0,Q4_K_M,Q4_0:embd=Q8_0",
+                    help="llama-quantize types run without --pure (its default per-tensor mixture), or "
+                    "TYPE:embd=EMBD_TYPE: --pure TYPE except the (tied) token embedding in EMBD_TYPE; '' for none")
     ap.add_argument("--ctx", type=int, default=128, help="context: llama-perplexity -c, astrai eval --context")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--astrai", default=os.path.join(ROOT, "build", "release", "src", "astrai"))
     ap.add_argument("--out", default=os.path.join(ROOT, "build", "quant_quality"))
-    ap.add_argument("--no-astrai-eval", action="store_true", help="skip the astrai eval perplexity cross-check")
+    ap.add_argument("--no-astrai-eval", action="store_true",
+                    help="skip our engine's runs (astrai eval perplexity, astrai score)")
     a = ap.parse_args()
     formats = [f for f in a.formats.split(",") if f]
     for f in formats:
@@ -307,11 +369,30 @@ def main():
     log(f"tokenization: ours {len(our_ids)} tokens, llama.cpp's first {len(theirs)} "
         f"{'identical' if tokens_match else 'DIFFER'}")
 
+    # our engine on the same chunks: the f32 model against llama.cpp's, then each of our formats
+    # against our f32 model
+    ours_f32 = None
+    if not a.no_astrai_eval:
+        chunk_tokens, llama_lp = base_logprobs(base_logits)
+        ours_f32 = our_logprobs(a, a.model, chunk_tokens)
+        target = chunk_tokens[:, a.ctx // 2 + 1:][..., None]
+        theirs = np.take_along_axis(llama_lp, target, -1)
+        kept = theirs > llama_lp.min(-1, keepdims=True)  # stored clipped: more than 16 nats under the top
+        d = np.abs(np.take_along_axis(ours_f32, target, -1) - theirs)[kept]
+        rows[0]["astrai_vs_llama_f32"] = {
+            "targets": int(kept.size), "targets_clipped": int(kept.size - kept.sum()),
+            "max_abs_target_logprob_diff": float(d.max()), "mean_abs_target_logprob_diff": float(d.mean()),
+            "storage_step": float(((llama_lp.max(-1) - llama_lp.min(-1)) / 65535).mean()),
+            "same_top": 100 * float((ours_f32.argmax(-1) == llama_lp.argmax(-1)).mean())}
+        del llama_lp
+        log("f32, astrai against llama.cpp: " + json.dumps(rows[0]["astrai_vs_llama_f32"]))
+
     def kl_row(fmt_name, quantizer, path, model_dir=None):
         row = {"format": fmt_name, "quantizer": quantizer, "bytes": os.path.getsize(path), "gguf": path,
                "llama_perplexity": llama_perplexity(a, path, ["--kl-divergence-base", base_logits, "--kl-divergence"])}
         if model_dir and not a.no_astrai_eval:
             row["astrai_eval"] = our_perplexity(a, model_dir)
+            row["astrai_kl"] = kl_stats(ours_f32, our_logprobs(a, model_dir, chunk_tokens))
         return row
 
     notes, identity = [], {}
@@ -339,16 +420,23 @@ def main():
                 row = dict(rows[-1], quantizer="llama-quantize --pure", bytes=os.path.getsize(pure), gguf=pure,
                            same_tensors_as=ours_gguf)
                 row.pop("astrai_eval", None)
+                row.pop("astrai_kl", None)
                 rows.append(row)
                 continue
         rows.append(kl_row(f, "llama-quantize --pure", pure))
     for m in mixtures:
-        path = os.path.join(a.out, f"llama-{m}.gguf")
-        r = run([quantize, f32_gguf, path, m, str(a.threads)])
+        qtype, _, embd = m.partition(":embd=")
+        path = os.path.join(a.out, f"llama-{qtype}{'-embd-' + embd if embd else ''}.gguf")
+        if embd:
+            run([quantize, "--pure", "--token-embedding-type", embd, f32_gguf, path, qtype, str(a.threads)])
+            label = f"llama-quantize --pure, token embedding {embd}"
+        else:
+            run([quantize, f32_gguf, path, qtype, str(a.threads)])
+            label = "llama-quantize (default mixture)"
         mix = {}
         for t in gguf.GGUFReader(path).tensors:
             mix[t.tensor_type.name] = mix.get(t.tensor_type.name, 0) + 1
-        row = kl_row(m, "llama-quantize (default mixture)", path)
+        row = kl_row(qtype, label, path)
         row["tensor_types"] = mix
         rows.append(row)
 
@@ -365,12 +453,18 @@ def main():
           f"{len(our_ids):,} tokens ({'llama.cpp tokenizes it identically' if tokens_match else 'llama.cpp TOKENIZES IT DIFFERENTLY'}); "
           f"context {a.ctx}, {chunks} chunks\n")
     print(table(rows))
+    if "astrai_vs_llama_f32" in rows[0]:
+        c = rows[0]["astrai_vs_llama_f32"]
+        print(f"\nf32, astrai score against llama.cpp's stored base log-probabilities (16-bit, step "
+              f"{c['storage_step']:.1e} nats): scored token |difference| max {c['max_abs_target_logprob_diff']:.2e}, "
+              f"mean {c['mean_abs_target_logprob_diff']:.2e} nats ({c['targets_clipped']} of {c['targets']} "
+              f"stored clipped, left out); same top token {c['same_top']:.2f} %")
     for f, d in identity.items():
         print(f"\n{f}: {d['identical']} of {d['tensors']} tensors byte-identical to llama-quantize --pure's"
               + (f"; differ: {json.dumps(d['differ'])}" if d["differ"] else ""))
     for mrow in rows:
         if "tensor_types" in mrow:
-            print(f"\n{mrow['format']} mixture: {json.dumps(mrow['tensor_types'])}")
+            print(f"\n{mrow['format']}, {mrow['quantizer']}: tensor types {json.dumps(mrow['tensor_types'])}")
     for n in notes:
         print("\nnote:", n)
 
