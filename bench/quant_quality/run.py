@@ -20,7 +20,8 @@ For a trained f32 Llama checkpoint (our HF layout, a byte-level BPE tokenizer.js
   5. `astrai eval perplexity --context CTX --stride CTX/2` on our f32 and quantized checkpoints
      (our engine: f32 activations), as a cross-check; and `astrai score` on llama-perplexity's
      chunks: our f32 model's log-probabilities against those llama.cpp stored for its f32 model
-     (the GGUF conversion check), our quantized models' mean KL and same top token against our f32;
+     (the GGUF conversion check), our quantized models' perplexity of the same tokens and mean KL
+     and same top token against our f32;
   6. whether our GGUF and llama-quantize --pure's hold the same bytes, tensor by tensor.
 Prints a Markdown table and writes everything as JSON (OUT/results.json).
 
@@ -270,6 +271,12 @@ def our_logprobs(a, model_dir, tokens):
     return out
 
 
+def target_ppl(logprobs, tokens):
+    """Perplexity of the tokens llama-perplexity scores, from [chunks, ctx/2 - 1, vocab] log-probs."""
+    t = tokens[:, tokens.shape[1] // 2 + 1:][..., None]
+    return float(np.exp(-np.take_along_axis(logprobs, t, -1).astype(np.float64).mean()))
+
+
 def kl_stats(p_log, q_log):
     """Mean and 99th percentile of KL(p || q) per position, and the share of positions whose most
     likely token is the same, as llama-perplexity reports them."""
@@ -294,8 +301,8 @@ def fmt(v, spec):
 
 def table(rows):
     lines = ["| format | quantizer | file bytes | PPL (llama.cpp) | mean KL to f32 | 99% KL | same top token |"
-             " PPL (astrai eval) | mean KL, astrai engine | same top, astrai engine |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             " PPL (astrai eval) | PPL, astrai engine | mean KL, astrai engine | same top, astrai engine |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lp, ours, ok = r.get("llama_perplexity", {}), r.get("astrai_eval", {}), r.get("astrai_kl", {})
         kld = lp.get("kld")
@@ -305,6 +312,7 @@ def table(rows):
         q = r["quantizer"] + (" (tensors byte-identical to ours)" if r.get("same_tensors_as") else "")
         lines.append(f"| {r['format']} | {q} | {r['bytes']:,} | {ppl} | {kl} | "
                      f"{fmt(lp.get('kld_p99'), '.6f')} | {top} | {fmt(ours.get('ppl'), '.3f')} | "
+                     f"{fmt((ok or r.get('astrai_vs_llama_f32', {})).get('ppl'), '.3f')} | "
                      + ("-" if not ok else f"{ok['kld']:.6f} ± {ok['kld_err']:.6f}") + " | "
                      + ("-" if not ok else f"{ok['same_top']:.2f} ± {ok['same_top_err']:.2f} %") + " |")
     return "\n".join(lines)
@@ -383,6 +391,7 @@ def main():
             "targets": int(kept.size), "targets_clipped": int(kept.size - kept.sum()),
             "max_abs_target_logprob_diff": float(d.max()), "mean_abs_target_logprob_diff": float(d.mean()),
             "storage_step": float(((llama_lp.max(-1) - llama_lp.min(-1)) / 65535).mean()),
+            "ppl": target_ppl(ours_f32, chunk_tokens),
             "same_top": 100 * float((ours_f32.argmax(-1) == llama_lp.argmax(-1)).mean())}
         del llama_lp
         log("f32, astrai against llama.cpp: " + json.dumps(rows[0]["astrai_vs_llama_f32"]))
@@ -392,7 +401,8 @@ def main():
                "llama_perplexity": llama_perplexity(a, path, ["--kl-divergence-base", base_logits, "--kl-divergence"])}
         if model_dir and not a.no_astrai_eval:
             row["astrai_eval"] = our_perplexity(a, model_dir)
-            row["astrai_kl"] = kl_stats(ours_f32, our_logprobs(a, model_dir, chunk_tokens))
+            q_log = our_logprobs(a, model_dir, chunk_tokens)
+            row["astrai_kl"] = dict(kl_stats(ours_f32, q_log), ppl=target_ppl(q_log, chunk_tokens))
         return row
 
     notes, identity = [], {}
@@ -458,7 +468,8 @@ def main():
         print(f"\nf32, astrai score against llama.cpp's stored base log-probabilities (16-bit, step "
               f"{c['storage_step']:.1e} nats): scored token |difference| max {c['max_abs_target_logprob_diff']:.2e}, "
               f"mean {c['mean_abs_target_logprob_diff']:.2e} nats ({c['targets_clipped']} of {c['targets']} "
-              f"stored clipped, left out); same top token {c['same_top']:.2f} %")
+              f"stored clipped, left out); same top token {c['same_top']:.2f} %; perplexity of the scored tokens "
+              f"{c['ppl']:.4f} (llama.cpp: {rows[0]['llama_perplexity']['ppl']:.4f})")
     for f, d in identity.items():
         print(f"\n{f}: {d['identical']} of {d['tensors']} tensors byte-identical to llama-quantize --pure's"
               + (f"; differ: {json.dumps(d['differ'])}" if d["differ"] else ""))
