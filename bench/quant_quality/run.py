@@ -54,7 +54,8 @@ sys.path.insert(0, os.path.join(ROOT, "bench", "llamacpp"))
 from compare import cpu_model, write_gguf  # noqa: E402
 from safetensors_np import read_safetensors  # noqa: E402
 
-# our --type -> (the GGML type of every matrix, a llama-quantize type whose --pure run gives it)
+# our --type -> (the GGML type of our checkpoint's U8 matrices, a llama-quantize type whose --pure
+# run gives every matrix that type, which is also the GGUF file type we record)
 FORMATS = {"q8_0": ("Q8_0", "Q8_0"), "q4_0": ("Q4_0", "Q4_0"), "q4_k": ("Q4_K", "Q4_K_S")}
 # llama.cpp's pre-tokenizer names (tokenizer.ggml.pre) for the split regexes of byte-level BPE
 # tokenizers, as llama.cpp's src/llama-vocab.cpp pairs them.
@@ -418,7 +419,7 @@ def main():
         else:
             ours_gguf = os.path.join(a.out, f"astrai-{f}.gguf")
             write_gguf(load_checkpoint(qdir, qtype), "f32", ours_gguf, src, config=config, vocab=vocab,
-                       file_type=f"MOSTLY_{qtype}")
+                       file_type=f"MOSTLY_{llama_type}")
         pure = os.path.join(a.out, f"llama-{f}-pure.gguf")
         run([quantize, "--pure", f32_gguf, pure, llama_type, str(a.threads)])
         if ours_gguf:
