@@ -3,6 +3,7 @@
 
     write_safetensors(path, [f32_entry("w", array), ("h", "BF16", shape, raw_bytes)])
     arrays = read_safetensors_f32(path)   # name -> float32 ndarray
+    arrays = read_safetensors(path)       # name -> ndarray of the stored dtype (F32, F16, U8, BF16 widened)
 """
 import json
 import struct
@@ -34,8 +35,9 @@ def write_safetensors(path, entries, metadata=None):
             f.write(b)
 
 
-def read_safetensors_f32(path):
-    """name -> float32 ndarray (a copy) for every tensor of an all-F32 file."""
+def read_safetensors(path, dtypes=("F32", "F16", "BF16", "U8")):
+    """name -> ndarray (a copy) for every tensor: F32, F16 and U8 as stored, BF16 widened to
+    float32; a dtype not in dtypes is a ValueError."""
     data = open(path, "rb").read()
     n = struct.unpack("<Q", data[:8])[0]
     header = json.loads(data[8:8 + n])
@@ -43,8 +45,18 @@ def read_safetensors_f32(path):
     for name, info in header.items():
         if name == "__metadata__":
             continue
-        if info["dtype"] != "F32":
-            raise ValueError(f"{path}: {name} is {info['dtype']}, expected F32")
+        if info["dtype"] not in dtypes:
+            raise ValueError(f"{path}: {name} is {info['dtype']}, expected {' or '.join(dtypes)}")
         a, b = info["data_offsets"]
-        out[name] = np.frombuffer(data[8 + n + a:8 + n + b], dtype=np.float32).reshape(info["shape"]).copy()
+        raw = data[8 + n + a:8 + n + b]
+        if info["dtype"] == "BF16":
+            arr = (np.frombuffer(raw, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
+        else:
+            arr = np.frombuffer(raw, dtype={"F32": np.float32, "F16": np.float16, "U8": np.uint8}[info["dtype"]])
+        out[name] = arr.reshape(info["shape"]).copy()
     return out
+
+
+def read_safetensors_f32(path):
+    """name -> float32 ndarray (a copy) for every tensor of an all-F32 file."""
+    return read_safetensors(path, dtypes=("F32",))

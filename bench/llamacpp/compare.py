@@ -100,11 +100,34 @@ def permute_rope(w, heads):
     return w.reshape(heads, 2, w.shape[0] // heads // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
-def write_gguf(weights, dtype, path, src_dir):
+def placeholder_vocab(wr, gguf, vocab_size):
+    """A SentencePiece-style vocabulary of placeholder pieces, for runs that feed token ids."""
+    v = vocab_size
+    tokens = [b"<unk>", b"<s>", b"</s>"] + [f"<0x{i:02X}>".encode() for i in range(256)]
+    tokens += [f"tok{i}".encode() for i in range(len(tokens), v)]
+    types = [gguf.TokenType.UNKNOWN, gguf.TokenType.CONTROL, gguf.TokenType.CONTROL] + [gguf.TokenType.BYTE] * 256
+    types += [gguf.TokenType.NORMAL] * (v - len(types))
+    wr.add_tokenizer_model("llama")
+    wr.add_token_list(tokens)
+    wr.add_token_scores([0.0] * v)
+    wr.add_token_types(types)
+    wr.add_bos_token_id(1)
+    wr.add_eos_token_id(2)
+
+
+def write_gguf(weights, dtype, path, src_dir, config=CONFIG, vocab=None, file_type=None):
+    """Writes a Llama model as GGUF with gguf-py, named and laid out as llama.cpp's converter does.
+
+    weights: HF tensor name -> float32 array, or -> (uint8 array [rows, bytes per row], "Q8_0")
+    for blocks already quantized (written as they are; Q and K rows move whole, so the blocks
+    stay intact). dtype: f32, f16 or bf16, the type float matrices are stored in (vectors stay
+    f32). config: the HF config.json dict. vocab: callable(writer, gguf module) that adds the
+    tokenizer metadata (default: placeholder pieces). file_type: a gguf.LlamaFileType name to
+    record instead of the one dtype implies (e.g. MOSTLY_Q8_0)."""
     sys.path.insert(0, os.path.join(src_dir, "gguf-py"))
     import gguf  # llama.cpp's own package, from the source tree build.sh cloned
 
-    c = CONFIG
+    c = config
     wr = gguf.GGUFWriter(path, "llama")
     wr.add_block_count(c["num_hidden_layers"])
     wr.add_context_length(c["max_position_embeddings"])
@@ -118,21 +141,21 @@ def write_gguf(weights, dtype, path, src_dir):
     wr.add_vocab_size(c["vocab_size"])
     ftype = {"f32": gguf.LlamaFileType.ALL_F32, "f16": gguf.LlamaFileType.MOSTLY_F16,
              "bf16": gguf.LlamaFileType.MOSTLY_BF16}[dtype]
-    wr.add_file_type(ftype)
-    # A SentencePiece-style vocabulary of placeholder pieces: the benchmarks feed token ids.
-    v = c["vocab_size"]
-    tokens = [b"<unk>", b"<s>", b"</s>"] + [f"<0x{i:02X}>".encode() for i in range(256)]
-    tokens += [f"tok{i}".encode() for i in range(len(tokens), v)]
-    types = [gguf.TokenType.UNKNOWN, gguf.TokenType.CONTROL, gguf.TokenType.CONTROL] + [gguf.TokenType.BYTE] * 256
-    types += [gguf.TokenType.NORMAL] * (v - len(types))
-    wr.add_tokenizer_model("llama")
-    wr.add_token_list(tokens)
-    wr.add_token_scores([0.0] * v)
-    wr.add_token_types(types)
-    wr.add_bos_token_id(1)
-    wr.add_eos_token_id(2)
+    wr.add_file_type(gguf.LlamaFileType[file_type] if file_type else ftype)
+    if vocab is None:
+        placeholder_vocab(wr, gguf, c["vocab_size"])
+    else:
+        vocab(wr, gguf)
 
-    def add(name, a):
+    def add(name, a, heads=None):
+        if isinstance(a, tuple):  # quantized blocks: uint8 rows, whole
+            blocks, qtype = a
+            if heads:
+                blocks = permute_rope(blocks, heads)
+            wr.add_tensor(name, np.ascontiguousarray(blocks), raw_dtype=gguf.GGMLQuantizationType[qtype])
+            return
+        if heads:
+            a = permute_rope(a, heads)
         if a.ndim == 1 or dtype == "f32":
             wr.add_tensor(name, a.astype(np.float32))
         elif dtype == "f16":
@@ -143,17 +166,16 @@ def write_gguf(weights, dtype, path, src_dir):
     heads, kv_heads = c["num_attention_heads"], c["num_key_value_heads"]
     add("token_embd.weight", weights["model.embed_tokens.weight"])
     add("output_norm.weight", weights["model.norm.weight"])
+    if not c.get("tie_word_embeddings", False):
+        add("output.weight", weights["lm_head.weight"])
     names = {"input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm", "self_attn.q_proj": "attn_q",
              "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output",
              "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down"}
     for i in range(c["num_hidden_layers"]):
         for hf, gg in names.items():
             a = weights[f"model.layers.{i}.{hf}.weight"]
-            if hf == "self_attn.q_proj":
-                a = permute_rope(a, heads)
-            elif hf == "self_attn.k_proj":
-                a = permute_rope(a, kv_heads)
-            add(f"blk.{i}.{gg}.weight", a)
+            rope_heads = {"self_attn.q_proj": heads, "self_attn.k_proj": kv_heads}.get(hf)
+            add(f"blk.{i}.{gg}.weight", a, rope_heads)
     wr.write_header_to_file()
     wr.write_kv_data_to_file()
     wr.write_tensors_to_file()
