@@ -5,19 +5,20 @@ Writes one 100M-class Llama model (12 layers, hidden 768, 12/4 heads, FFN 2048, 
 tied embeddings) as our checkpoint (HF-layout safetensors + config.json) in f32, bf16 and f16,
 and the same weights as GGUF (with the gguf package from llama.cpp's own source tree; Q and K
 rows permuted as llama.cpp's converter does, for its RoPE pairing), then quantized by
-llama-quantize to Q8_0, Q4_0 and Q4_K_M. Then, with the same thread count:
+llama-quantize to Q8_0, Q4_0, Q4_K (--pure) and Q4_K_M. Then, with the same thread count:
   llama.cpp: llama-bench -p 512,4096 -n 128 (pp512, pp4096, tg128) and llama-batched-bench -npp 512
              -ntg 128 -npl 1,8,32 (aggregate decode with parallel sequences);
   AstrAI:    astrai bench prefill --prompt 512 and 4096, astrai bench decode --prompt 512 --gen 128
              --batches 1,8,32 (KV cache in bf16: the same bytes as llama.cpp's default f16 cache).
 Prints a Markdown table (tokens/s and our / llama.cpp ratios) and writes the raw results as JSON.
 
-    bench/llamacpp/compare.py [--threads 2] [--formats f32,bf16,f16,q8_0,q4_0,q4_k]
+    bench/llamacpp/compare.py [--threads 2] [--formats f32,bf16,f16,q8_0,q4_0,q4_k,q4_k_m]
                               [--no-batched] [--out build/llamacpp/compare]
 
-Our Q8_0 and Q4_0 checkpoints are written by `astrai quantize` from the f32 one (the same bytes
-as llama-quantize's blocks, except that llama-quantize keeps some matrices at other types, see
-its log); Q4_K_M, which we cannot write yet, is measured on llama.cpp's side only.
+Our Q8_0, Q4_0 and Q4_K checkpoints are written by `astrai quantize` from the f32 one (the same
+bytes as llama-quantize's blocks, except that llama-quantize's Q4_0 keeps the tied embedding at
+Q6_K, see its log; its Q4_K is --pure, every matrix Q4_K as ours); Q4_K_M, llama.cpp's default
+mixture with some matrices at Q6_K, is measured on llama.cpp's side only.
 Needs: bench/llamacpp/build.sh (run by this script), build/release/src/astrai, numpy.
 """
 import argparse
@@ -39,8 +40,11 @@ CONFIG = {"model_type": "llama", "vocab_size": 32000, "hidden_size": 768, "inter
           "max_position_embeddings": 32768, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
           "tie_word_embeddings": True, "hidden_act": "silu", "torch_dtype": "float32"}
 OURS = ("f32", "bf16", "f16")
-OUR_QUANT = ("q8_0", "q4_0")  # written by astrai quantize from the f32 checkpoint
-QUANT = {"q8_0": "Q8_0", "q4_0": "Q4_0", "q4_k": "Q4_K_M"}
+OUR_QUANT = ("q8_0", "q4_0", "q4_k")  # written by astrai quantize from the f32 checkpoint
+# llama-quantize's type for each format; q4_k is --pure (every matrix Q4_K, as ours), q4_k_m is
+# llama.cpp's default Q4_K mixture (Q6_K for some matrices), measured on its side only.
+QUANT = {"q8_0": "Q8_0", "q4_0": "Q4_0", "q4_k": "Q4_K", "q4_k_m": "Q4_K_M"}
+PURE = ("q4_k",)
 
 
 def log(*a):
@@ -270,7 +274,7 @@ def table(results, batched):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--formats", default="f32,bf16,f16,q8_0,q4_0,q4_k")
+    ap.add_argument("--formats", default="f32,bf16,f16,q8_0,q4_0,q4_k,q4_k_m")
     ap.add_argument("--no-batched", action="store_true", help="skip the 8 and 32 parallel sequences runs")
     ap.add_argument("--out", default=os.path.join(ROOT, "build", "llamacpp", "compare"))
     ap.add_argument("--astrai", default=os.path.join(ROOT, "build", "release", "src", "astrai"))
@@ -303,7 +307,8 @@ def main():
         if fmt in QUANT:
             qpath = os.path.join(a.out, f"model-{fmt}.gguf")
             if not os.path.exists(qpath):
-                run([f"{bin_dir}/llama-quantize", gguf_path, qpath, QUANT[fmt], str(a.threads)])
+                pure = ["--pure"] if fmt in PURE else []
+                run([f"{bin_dir}/llama-quantize"] + pure + [gguf_path, qpath, QUANT[fmt], str(a.threads)])
             gguf_path = qpath
         r = {"llama.cpp": llama_side(bin_dir, gguf_path, a.threads, not a.no_batched)}
         if fmt in OURS or fmt in OUR_QUANT:
