@@ -11,7 +11,9 @@ namespace {
 
 // The block dtype a weight format names; kF32 for "" and for names we do not know.
 DType weight_format_dtype_or_f32(const std::string& format) {
-  return format == "q8_0" ? DType::kQ8_0 : format == "q4_0" ? DType::kQ4_0 : format == "q4_k" ? DType::kQ4_K : DType::kF32;
+  return format == "q8_0" ? DType::kQ8_0 : format == "q4_0" ? DType::kQ4_0 : format == "q4_k" ? DType::kQ4_K
+         : format == "q6_k" ? DType::kQ6_K
+                            : DType::kF32;
 }
 
 }  // namespace
@@ -140,7 +142,7 @@ ModelConfig ModelConfig::from_json(const Json& j, const std::string& where) {
     c.weight_format = method == "astrai" ? json_optional<std::string>(q, "format", "", where) : "";
     if (method != "astrai" || c.weight_format.empty() || !is_block_type(weight_format_dtype_or_f32(c.weight_format)))
       fail(where, ": unsupported quantization_config ", q.dump(),
-           " (supported: {\"quant_method\": \"astrai\", \"format\": \"q8_0\", \"q4_0\" or \"q4_k\"}, written by astrai quantize)");
+           " (supported: {\"quant_method\": \"astrai\", \"format\": \"q8_0\", \"q4_0\", \"q4_k\" or \"q6_k\"}, written by astrai quantize)");
   }
 
   const std::string act = json_optional<std::string>(j, "hidden_act", "silu", where);
@@ -276,7 +278,7 @@ ModelConfig ModelConfig::load(const std::string& dir) {
 
 DType ModelConfig::weight_format_dtype(const std::string& format) {
   const DType t = weight_format_dtype_or_f32(format);
-  if (!format.empty() && t == DType::kF32) fail("unknown weight format \"", format, "\" (supported: q8_0, q4_0, q4_k)");
+  if (!format.empty() && t == DType::kF32) fail("unknown weight format \"", format, "\" (supported: q8_0, q4_0, q4_k, q6_k)");
   return t;
 }
 

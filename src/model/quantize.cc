@@ -10,7 +10,7 @@ namespace astrai::model {
 QuantizeReport save_quantized_checkpoint(const std::string& dir, ModelConfig config, const ModelWeights& weights,
                                          const std::string& format) {
   const DType block = ModelConfig::weight_format_dtype(format);
-  ASTRAI_CHECK(is_block_type(block), "quantize: give a weight format (supported: q8_0, q4_0, q4_k)");
+  ASTRAI_CHECK(is_block_type(block), "quantize: give a weight format (supported: q8_0, q4_0, q4_k, q6_k)");
   const int64_t be = block_elems(block);
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
@@ -20,10 +20,10 @@ QuantizeReport save_quantized_checkpoint(const std::string& dir, ModelConfig con
   for (const auto& p : weights.params(config)) {
     const Tensor& t = *p.tensor;
     ASTRAI_CHECK(t.defined(), dir, ": parameter \"", p.name, "\" is not set");
-    // Q4_K has no fallback: a matrix whose rows are not whole super-blocks is an error (a
-    // checkpoint holds one block format; docs/quantization.md).
-    if (block == DType::kQ4_K && t.ndim() == 2 && t.dim(1) % be != 0)
-      fail("quantize: q4_k needs matrices whose rows (input width) are whole super-blocks of ", be, ": \"", p.name,
+    // Q4_K and Q6_K have no fallback: a matrix whose rows are not whole super-blocks is an
+    // error (a checkpoint holds one block format; docs/quantization.md).
+    if (be == kQKBlock && t.ndim() == 2 && t.dim(1) % be != 0)
+      fail("quantize: ", format, " needs matrices whose rows (input width) are whole super-blocks of ", be, ": \"", p.name,
            "\" is ", shape_str(t.shape()), "; use --type q4_0 (blocks of 32) or q8_0 for this model");
     const bool blocks = t.ndim() == 2 && t.dim(1) % be == 0;
     const DType to = blocks ? block : DType::kF32;
