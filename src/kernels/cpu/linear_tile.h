@@ -95,14 +95,16 @@ inline void q4k_multipliers(const uint8_t* b, float* dm) {
 inline const uint8_t* q4k_quants(const uint8_t* b, int64_t off) { return b + kQ4KQuantsAt + off / 64 * 32 + off % 32; }
 inline int q4k_shift(int64_t off) { return static_cast<int>(off / 32 % 2) * 4; }
 
-// Q6_K: the 16 sub-block multipliers d * scale of the block at b (exact: an f16 times an int8).
+// Q6_K: the 16 sub-block multipliers scale * d of the block at b (exact: an f16 times an
+// int8), as one vector.
 inline void q6k_multipliers(const uint8_t* b, float* dm) {
   uint16_t dh;
   std::memcpy(&dh, b + kQ6KDAt, 2);
   const float d = f16_scalar(dh);
-  const auto* sc = reinterpret_cast<const int8_t*>(b + kQ6KScalesAt);
-#pragma GCC unroll 16
-  for (int s = 0; s < 16; ++s) dm[s] = d * static_cast<float>(sc[s]);
+  Vec16 v;
+#pragma GCC unroll 4
+  for (int h = 0; h < kParts; ++h) part(v, h) = pload_i8(reinterpret_cast<const int8_t*>(b + kQ6KScalesAt), d, h);
+  vstore(dm, v);
 }
 
 // Q6_K: the 256 quants of the block at b as q - 32 (int8, element order). Integer work only (the
