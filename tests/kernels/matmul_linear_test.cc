@@ -164,6 +164,8 @@ TEST(LinearBlocks, EqualsF32LinearOnDequantizedWeights) {
   std::mt19937 rng(7);
   for (DType dt : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ6_K})
   for (int64_t m : {1, 2, 3, 5, 8, 16, 33, 64, 65, 150}) {
+    // Q6_K: the same paths with fewer row counts (its generic reference decodes per row: CI time).
+    if (dt == DType::kQ6_K && (m == 33 || m == 150)) continue;
     const std::vector<int64_t> ks = block_elems(dt) == kQKBlock ? std::vector<int64_t>{256, 512, 1024, 1280, 2304}
                                                        : std::vector<int64_t>{32, 64, 96, 1024, 2112};
     for (int64_t k : ks) {

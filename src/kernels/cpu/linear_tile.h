@@ -126,9 +126,14 @@ inline void q6k_unpack(const uint8_t* b, int8_t* q) {
 }
 
 // Q6_K elements off..off+15 (off a multiple of 16) of the block at b: their quants - 32 into q,
-// their sub-block's multiplier d * scale returned.
+// their sub-block's multiplier d * scale returned. The 16 share their bytes' rows and shifts
+// (q6_k_quant in tensor/dtype.h): 16 consecutive bytes of ql and of qh.
 inline float q6k_step(const uint8_t* b, int64_t off, int8_t* q) {
-  for (int i = 0; i < 16; ++i) q[i] = static_cast<int8_t>(q6_k_quant(b, static_cast<int>(off) + i) - 32);
+  const int c = static_cast<int>(off / 128), t = static_cast<int>(off % 128 / 32), i0 = static_cast<int>(off % 32);
+  const uint8_t* ql = b + 64 * c + 32 * (t % 2) + i0;
+  const uint8_t* qh = b + kQ6KHighAt + 32 * c + i0;
+  const int ls = 4 * (t / 2), hs = 2 * t;
+  for (int i = 0; i < 16; ++i) q[i] = static_cast<int8_t>((((ql[i] >> ls) & 15) | (((qh[i] >> hs) & 3) << 4)) - 32);
   uint16_t dh;
   std::memcpy(&dh, b + kQ6KDAt, 2);
   return f16_scalar(dh) * static_cast<float>(static_cast<int8_t>(b[kQ6KScalesAt + off / 16]));
