@@ -14,6 +14,7 @@ DType weight_format_dtype_or_f32(const std::string& format) {
   if (format == "q8_0") return DType::kQ8_0;
   if (format == "q4_0") return DType::kQ4_0;
   if (format == "q4_k") return DType::kQ4_K;
+  if (format == "q6_k") return DType::kQ6_K;
   return DType::kF32;
 }
 
@@ -155,7 +156,7 @@ ModelConfig ModelConfig::from_json(const Json& j, const std::string& where) {
     c.weight_format = method == "astrai" ? json_optional<std::string>(q, "format", "", where) : "";
     if (method != "astrai" || c.weight_format.empty() || !is_block_type(weight_format_dtype_or_f32(c.weight_format)))
       fail(where, ": unsupported quantization_config ", q.dump(),
-           " (supported: {\"quant_method\": \"astrai\", \"format\": \"q8_0\", \"q4_0\" or \"q4_k\"}, written by astrai quantize)");
+           " (supported: {\"quant_method\": \"astrai\", \"format\": \"q8_0\", \"q4_0\", \"q4_k\" or \"q6_k\"}, written by astrai quantize)");
   }
 
   const std::string act = json_optional<std::string>(j, "hidden_act", "silu", where);
@@ -294,7 +295,7 @@ ModelConfig ModelConfig::load(const std::string& dir) {
 
 DType ModelConfig::weight_format_dtype(const std::string& format) {
   const DType t = weight_format_dtype_or_f32(format);
-  if (!format.empty() && t == DType::kF32) fail("unknown weight format \"", format, "\" (supported: q8_0, q4_0, q4_k)");
+  if (!format.empty() && t == DType::kF32) fail("unknown weight format \"", format, "\" (supported: q8_0, q4_0, q4_k, q6_k)");
   return t;
 }
 

@@ -63,13 +63,13 @@ struct ModelConfig {
   int64_t v_head_dim = 0;
 
   // Weights quantized by `astrai quantize` (config.json "quantization_config": {"quant_method":
-  // "astrai", "format": "q8_0" | "q4_0" | "q4_k"}): the matrices are stored as Q8_0, Q4_0 or
-  // Q4_K blocks (docs/quantization.md); empty for float checkpoints.
+  // "astrai", "format": "q8_0" | "q4_0" | "q4_k" | "q6_k"}): the matrices are stored as Q8_0,
+  // Q4_0, Q4_K or Q6_K blocks (docs/quantization.md); empty for float checkpoints.
   std::string weight_format;
-  // The dtype of the matrices of a quantized checkpoint (kQ8_0, kQ4_0, kQ4_K), kF32 for a float one.
+  // The dtype of the matrices of a quantized checkpoint (kQ8_0, kQ4_0, kQ4_K, kQ6_K), kF32 for a float one.
   DType weight_dtype() const { return weight_format_dtype(weight_format); }
-  // "q8_0" -> kQ8_0, "q4_0" -> kQ4_0, "q4_k" -> kQ4_K, "" -> kF32; an error naming the
-  // supported formats otherwise.
+  // "q8_0" -> kQ8_0, "q4_0" -> kQ4_0, "q4_k" -> kQ4_K, "q6_k" -> kQ6_K, "" -> kF32; an error
+  // naming the supported formats otherwise.
   static DType weight_format_dtype(const std::string& format);
 
   std::vector<int32_t> eos_token_ids;  // may be empty

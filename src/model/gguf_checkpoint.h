@@ -1,7 +1,7 @@
 // A GGUF file (llama.cpp's format, base/gguf_file.h) as a checkpoint: the architecture from the
 // metadata, the tensors renamed to the Hugging Face names the parameter schema uses, read in place
 // from the mapping. Supported: general.architecture llama (also Mistral's files), qwen2 and qwen3;
-// tensors F32, F16, BF16, Q8_0, Q4_0 and Q4_K (docs/quantization.md). llama.cpp's converter permutes the
+// tensors F32, F16, BF16, Q8_0, Q4_0, Q4_K and Q6_K (docs/quantization.md). llama.cpp's converter permutes the
 // rows of q and k (and their biases) of "llama" models for its adjacent-pair RoPE; those are
 // un-permuted into memory at load, so the model computes exactly what the Hugging Face checkpoint does.
 // RoPE frequency factors (rope_freqs.weight: llama3 scaling as the converter writes it) divide each

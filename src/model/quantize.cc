@@ -10,14 +10,14 @@ namespace astrai::model {
 QuantizeReport save_quantized_checkpoint(const std::string& dir, ModelConfig config, const ModelWeights& weights,
                                          const std::string& format) {
   const DType block = ModelConfig::weight_format_dtype(format);
-  ASTRAI_CHECK(is_block_type(block), "quantize: give a weight format (supported: q8_0, q4_0, q4_k)");
+  ASTRAI_CHECK(is_block_type(block), "quantize: give a weight format (supported: q8_0, q4_0, q4_k, q6_k)");
   const int64_t be = block_elems(block);
-  // Q4_K has no fallback: a matrix whose rows are not whole super-blocks is an error (a
+  // Q4_K and Q6_K have no fallback: a matrix whose rows are not whole super-blocks is an error (a
   // checkpoint holds one block format; docs/quantization.md), found before anything is written.
   for (const auto& p : weights.params(config)) {
     const Tensor& t = *p.tensor;
-    if (block == DType::kQ4_K && t.defined() && t.ndim() == 2 && t.dim(1) % be != 0)
-      fail("quantize: q4_k needs matrices whose rows (input width) are whole super-blocks of ", be, ": \"", p.name,
+    if (be == kQKBlock && t.defined() && t.ndim() == 2 && t.dim(1) % be != 0)
+      fail("quantize: ", format, " needs matrices whose rows (input width) are whole super-blocks of ", be, ": \"", p.name,
            "\" is ", shape_str(t.shape()), "; use --type q4_0 (blocks of 32) or q8_0 for this model");
   }
   std::error_code ec;

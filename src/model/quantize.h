@@ -1,7 +1,7 @@
 // Quantized checkpoints (`astrai quantize`, docs/quantization.md): every weight matrix whose
-// rows are whole blocks (32 elements for Q8_0 and Q4_0, 256 for Q4_K) is stored as blocks,
-// every vector (norms, biases) as f32; a matrix with ragged rows is kept as f32 for q8_0 and
-// q4_0 and is an error for q4_k. config.json names the format, so every command loads it.
+// rows are whole blocks (32 elements for Q8_0 and Q4_0, 256 for Q4_K and Q6_K) is stored as
+// blocks, every vector (norms, biases) as f32; a matrix with ragged rows is kept as f32 for q8_0
+// and q4_0 and is an error for q4_k and q6_k. config.json names the format, so every command loads it.
 #pragma once
 
 #include <string>
@@ -18,7 +18,7 @@ struct QuantizeReport {
 };
 
 // Writes DIR/config.json (with "quantization_config") and DIR/model.safetensors (each
-// atomically) holding `weights` in `format` ("q8_0", "q4_0" or "q4_k"). The source may be f32, bf16,
+// atomically) holding `weights` in `format` ("q8_0", "q4_0", "q4_k" or "q6_k"). The source may be f32, bf16,
 // f16, or already in the format (copied unchanged; another block type is dequantized first).
 QuantizeReport save_quantized_checkpoint(const std::string& dir, ModelConfig config, const ModelWeights& weights,
                                          const std::string& format);

@@ -20,6 +20,7 @@ constexpr DTypeInfo kInfos[] = {
     {DType::kI64, "I64", 8}, {DType::kU8, "U8", 1},   {DType::kI8, "I8", 1},     {DType::kU16, "U16", 2},
     {DType::kBool, "BOOL", 1}, {DType::kF64, "F64", 8}, {DType::kQ8_0, "Q8_0", kQ8BlockBytes, kQBlock},
     {DType::kQ4_0, "Q4_0", kQ4BlockBytes, kQBlock}, {DType::kQ4_K, "Q4_K", kQ4KBlockBytes, kQKBlock},
+    {DType::kQ6_K, "Q6_K", kQ6KBlockBytes, kQKBlock},
 };
 }  // namespace
 
@@ -215,6 +216,113 @@ void dequantize_q4_k_block(const uint8_t* block, float* y) {
   }
 }
 
+namespace {
+
+// A Q6_K sub-block's signed scale (llama.cpp's make_qx_quants with n = 16, nmax = 32,
+// rmse_type 1, no importance weights): x[i] ~ scale * l[i], l in [-32, 31], weights x[i]^2.
+// L[i] = l[i] + 32. The first grid puts the element of largest magnitude (the first such) at
+// -32; then grids of -(32 + 0.1 is) / max for is = -9..9 (not 0) are tried, each with its
+// least-squares scale, and kept when sum(w x l)^2 / sum(w l^2) beats the best so far. The
+// expressions keep llama.cpp's order of f32 operations.
+float q6_k_fit(const float* x, uint8_t* L) {
+  constexpr int n = 16, nmax = 32;
+  float max = 0, amax = 0;
+  for (int i = 0; i < n; ++i) {
+    const float ax = std::fabs(x[i]);
+    if (ax > amax) {
+      amax = ax;
+      max = x[i];
+    }
+  }
+  if (amax < 1e-15f) {  // llama.cpp's GROUP_MAX_EPS: all zero (the quants stay 0, not 32)
+    for (int i = 0; i < n; ++i) L[i] = 0;
+    return 0.0f;
+  }
+  const auto quant = [&](float iscale, int i) { return std::max(-nmax, std::min(nmax - 1, nearest_even(iscale * x[i]))); };
+  float iscale = -nmax / max;
+  float sum_lx = 0, sum_l2 = 0;
+  for (int i = 0; i < n; ++i) {
+    const int l = quant(iscale, i);
+    L[i] = static_cast<uint8_t>(l + nmax);
+    const float w = x[i] * x[i];
+    sum_lx += w * x[i] * l;
+    sum_l2 += w * l * l;
+  }
+  float scale = sum_l2 != 0 ? sum_lx / sum_l2 : 0.0f;
+  float best = scale * sum_lx;
+  for (int is = -9; is <= 9; ++is) {
+    if (is == 0) continue;
+    iscale = -(nmax + 0.1f * is) / max;
+    sum_lx = sum_l2 = 0;
+    for (int i = 0; i < n; ++i) {
+      const int l = quant(iscale, i);
+      const float w = x[i] * x[i];
+      sum_lx += w * x[i] * l;
+      sum_l2 += w * l * l;
+    }
+    if (sum_l2 > 0 && sum_lx * sum_lx > best * sum_l2) {
+      for (int i = 0; i < n; ++i) L[i] = static_cast<uint8_t>(quant(iscale, i) + nmax);
+      scale = sum_lx / sum_l2;
+      best = scale * sum_lx;
+    }
+  }
+  return scale;
+}
+
+}  // namespace
+
+void quantize_q6_k_block(const float* x, uint8_t* block) {
+  constexpr int kSub = kQKBlock / 16;  // 16 sub-blocks of 16
+  uint8_t L[kQKBlock];
+  float scales[kSub];
+  float max_scale = 0, max_abs_scale = 0;  // the scale of largest magnitude (the first such), signed
+  for (int j = 0; j < kSub; ++j) {
+    scales[j] = q6_k_fit(x + 16 * j, L + 16 * j);
+    const float a = std::fabs(scales[j]);
+    if (a > max_abs_scale) {
+      max_abs_scale = a;
+      max_scale = scales[j];
+    }
+  }
+  std::memset(block, 0, kQ6KBlockBytes);
+  if (max_abs_scale < 1e-15f) return;  // all zero bytes (d = +0)
+  const float iscale = -128.0f / max_scale;
+  const uint16_t dh = f32_to_f16(1 / iscale);
+  std::memcpy(block + kQ6KDAt, &dh, 2);
+  auto* sc = reinterpret_cast<int8_t*>(block + kQ6KScalesAt);
+  // The int result narrowed to int8 as C's conversion does (the range is [-128, 127] but for NaN garbage).
+  for (int j = 0; j < kSub; ++j) sc[j] = static_cast<int8_t>(std::min(127, nearest_even(iscale * scales[j])));
+  // The quants again, against the scales as stored; a sub-block whose scale is 0 keeps its fit's.
+  for (int j = 0; j < kSub; ++j) {
+    const float d = f16_to_f32(dh) * sc[j];
+    if (d == 0.0f) continue;
+    for (int i = 0; i < 16; ++i)
+      L[16 * j + i] = static_cast<uint8_t>(std::max(-32, std::min(31, nearest_even(x[16 * j + i] / d))) + 32);
+  }
+  // Each half of 128 elements: 64 bytes of ql (elements i and 64 + i share byte i, 32 + i and
+  // 96 + i byte 32 + i: low nibble first) and 32 of qh (the high 2 bits of i, 32 + i, 64 + i,
+  // 96 + i in bits 0-1, 2-3, 4-5, 6-7 of byte i).
+  for (int c = 0; c < 2; ++c) {
+    const uint8_t* l = L + 128 * c;
+    uint8_t* ql = block + 64 * c;
+    uint8_t* qh = block + kQ6KHighAt + 32 * c;
+    for (int i = 0; i < 32; ++i) {
+      ql[i] = static_cast<uint8_t>((l[i] & 15) | ((l[64 + i] & 15) << 4));
+      ql[32 + i] = static_cast<uint8_t>((l[32 + i] & 15) | ((l[96 + i] & 15) << 4));
+      qh[i] = static_cast<uint8_t>((l[i] >> 4) | ((l[32 + i] >> 4) << 2) | ((l[64 + i] >> 4) << 4) | ((l[96 + i] >> 4) << 6));
+    }
+  }
+}
+
+void dequantize_q6_k_block(const uint8_t* block, float* y) {
+  uint16_t dh;
+  std::memcpy(&dh, block + kQ6KDAt, 2);
+  const float d = f16_to_f32(dh);
+  const auto* sc = reinterpret_cast<const int8_t*>(block + kQ6KScalesAt);
+  for (int e = 0; e < kQKBlock; ++e)
+    y[e] = (d * static_cast<float>(sc[e / 16])) * static_cast<float>(q6_k_quant(block, e) - 32);
+}
+
 std::string_view dtype_name(DType t) { return kInfos[static_cast<int>(t)].name; }
 
 bool dtype_from_name(std::string_view name, DType* out) {
@@ -316,6 +424,12 @@ void convert_to_f32(DType src_type, const void* src, float* dst, size_t n) {
       for (size_t i = 0; i < n; i += kQKBlock, b += kQ4KBlockBytes) dequantize_q4_k_block(b, dst + i);
       return;
     }
+    case DType::kQ6_K: {
+      ASTRAI_CHECK(n % kQKBlock == 0, "Q6_K: ", n, " elements are not whole blocks of ", kQKBlock);
+      const auto* b = static_cast<const uint8_t*>(src);
+      for (size_t i = 0; i < n; i += kQKBlock, b += kQ6KBlockBytes) dequantize_q6_k_block(b, dst + i);
+      return;
+    }
     case DType::kQ8_0: {
       ASTRAI_CHECK(n % kQBlock == 0, "Q8_0: ", n, " elements are not whole blocks of ", kQBlock);
       const auto* b = static_cast<const uint8_t*>(src);
@@ -360,6 +474,12 @@ void convert_from_f32(const float* src, DType dst_type, void* dst, size_t n) {
       const int64_t blocks = static_cast<int64_t>(n) / kQKBlock;
 #pragma omp parallel for schedule(static) if (blocks >= 64)
       for (int64_t i = 0; i < blocks; ++i) quantize_q4_k_block(src + i * kQKBlock, b + i * kQ4KBlockBytes);
+      return;
+    }
+    case DType::kQ6_K: {
+      ASTRAI_CHECK(n % kQKBlock == 0, "Q6_K: ", n, " elements are not whole blocks of ", kQKBlock);
+      auto* b = static_cast<uint8_t*>(dst);
+      for (size_t i = 0; i < n; i += kQKBlock, b += kQ6KBlockBytes) quantize_q6_k_block(src + i, b);
       return;
     }
     case DType::kQ8_0: {

@@ -78,6 +78,8 @@ class IsaIdentity : public ::testing::TestWithParam<Isa> {
       EXPECT_TRUE(same_bytes(want, got)) << what << ", " << threads << " thread(s)";
     }
   }
+  // Q4_K / Q6_K linear on every path of this level (defined below).
+  void expect_k_quant_paths(DType dt);
   // linear on this level equals generic, with and without the bias.
   void expect_linear_same(const std::vector<float>& x, int64_t m, const WeightView& w, const std::vector<float>& bias) {
     for (bool with_bias : {false, true}) {
@@ -145,9 +147,10 @@ TEST_P(IsaIdentity, LinearQ8_0AndQ4_0EveryPath) {
   }
 }
 
-// Q4_K weights (super-blocks of 256): every path of every level equals generic, and equals that
-// level's f32 linear on the dequantized weights (the widening is the dequantization, bit for bit).
-TEST_P(IsaIdentity, LinearQ4_KEveryPath) {
+// Q4_K and Q6_K weights (super-blocks of 256): every path of every level equals generic, and
+// equals that level's f32 linear on the dequantized weights (the widening is the
+// dequantization, bit for bit).
+void IsaIdentity::expect_k_quant_paths(DType dt) {
   const std::vector<LinearShape> shapes = {
       {1, 7, 256},   {1, 40, 2560}, {2, 13, 512},  {3, 96, 256},  {4, 50, 1024}, {5, 31, 1280},
       {8, 24, 768},  {9, 23, 256},  {16, 61, 256}, {33, 70, 512}, {64, 18, 256}, {65, 30, 512},
@@ -157,19 +160,22 @@ TEST_P(IsaIdentity, LinearQ4_KEveryPath) {
     const auto x = randn(static_cast<size_t>(s.m * s.k), 1);
     const auto wf = randn(static_cast<size_t>(s.n * s.k), 2, 0.2f);
     const auto bias = randn(static_cast<size_t>(s.n), 3);
-    std::vector<uint8_t> wq(dtype_bytes(DType::kQ4_K, s.n * s.k));
-    convert_from_f32(wf.data(), DType::kQ4_K, wq.data(), wf.size());
-    const WeightView w{wq.data(), DType::kQ4_K, s.n, s.k};
+    std::vector<uint8_t> wq(dtype_bytes(dt, s.n * s.k));
+    convert_from_f32(wf.data(), dt, wq.data(), wf.size());
+    const WeightView w{wq.data(), dt, s.n, s.k};
     expect_linear_same(x, s.m, w, bias);
     std::vector<float> wd(wf.size());
-    convert_to_f32(DType::kQ4_K, wq.data(), wd.data(), wd.size());
+    convert_to_f32(dt, wq.data(), wd.data(), wd.size());
     std::vector<float> yq(static_cast<size_t>(s.m * s.n), NAN), yf(yq.size(), NAN);
     lvl_->linear(x.data(), s.m, w, bias.data(), yq.data());
     lvl_->linear(x.data(), s.m, WeightView{wd.data(), DType::kF32, s.n, s.k}, bias.data(), yf.data());
     ASSERT_EQ(std::memcmp(yq.data(), yf.data(), yq.size() * 4), 0)
-        << "Q4_K vs f32 on the dequantized weights, " << s.m << "x" << s.n << "x" << s.k;
+        << dtype_name(dt) << " vs f32 on the dequantized weights, " << s.m << "x" << s.n << "x" << s.k;
   }
 }
+
+TEST_P(IsaIdentity, LinearQ4_KEveryPath) { expect_k_quant_paths(DType::kQ4_K); }
+TEST_P(IsaIdentity, LinearQ6_KEveryPath) { expect_k_quant_paths(DType::kQ6_K); }
 
 TEST_P(IsaIdentity, LinearNonInvariantModeAndTrainingGemms) {
   const int64_t m = 40, n = 33, k = 70;

@@ -157,14 +157,16 @@ INSTANTIATE_TEST_SUITE_P(Dtypes, LinearDtypeTest, ::testing::Values(DType::kF32,
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 
 // Q8_0 and Q4_0 weights are widened exactly ((q - zero) * d), Q4_K ones to (d * sc) * q - dmin * m
-// (one rounding), and then follow the f32 contract, so the quantized linear equals the f32
-// linear on the dequantized weights bit for bit, on every path (Q4_K: K across the 1024 blocks
-// of the contract, whole and partial).
+// and Q6_K ones to (d * scale) * (q - 32) (one rounding each), and then follow the f32 contract,
+// so the quantized linear equals the f32 linear on the dequantized weights bit for bit, on every
+// path (Q4_K, Q6_K: K across the 1024 blocks of the contract, whole and partial).
 TEST(LinearBlocks, EqualsF32LinearOnDequantizedWeights) {
   std::mt19937 rng(7);
-  for (DType dt : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_K})
+  for (DType dt : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ6_K})
   for (int64_t m : {1, 2, 3, 5, 8, 16, 33, 64, 65, 150}) {
-    const std::vector<int64_t> ks = dt == DType::kQ4_K ? std::vector<int64_t>{256, 512, 1024, 1280, 2304}
+    // Q6_K: the same paths with fewer row counts (its generic reference decodes per row: CI time).
+    if (dt == DType::kQ6_K && (m == 33 || m == 150)) continue;
+    const std::vector<int64_t> ks = block_elems(dt) == kQKBlock ? std::vector<int64_t>{256, 512, 1024, 1280, 2304}
                                                        : std::vector<int64_t>{32, 64, 96, 1024, 2112};
     for (int64_t k : ks) {
       for (int64_t n : {1, 7, 24, 61}) {
@@ -290,12 +292,93 @@ TEST(LinearBlocks, Q4_KQuantizer) {
   EXPECT_THROW(convert_from_f32(x, DType::kQ4_K, b, 128), Error);
 }
 
+// The Q6_K layout, on a block built from chosen 6-bit quants q[e] (e < 256) by the layout rules
+// of llama.cpp's block_q6_K: half c (128 elements) in ql[64c..64c+64) and qh[32c..32c+32);
+// elements i, 32 + i, 64 + i, 96 + i of a half take the low nibble of ql byte i, the low nibble
+// of byte 32 + i, the high nibble of byte i, the high nibble of byte 32 + i, and bits 0-1, 2-3,
+// 4-5, 6-7 of qh byte i. f16 d = 0.5 last, int8 scales per 16 (with -128 and 127).
+TEST(LinearBlocks, Q6_KLayout) {
+  uint8_t b[210] = {};
+  int q[256];
+  for (int e = 0; e < 256; ++e) q[e] = (e * 37 + 11) % 64;
+  for (int c = 0; c < 2; ++c) {
+    for (int i = 0; i < 32; ++i) {
+      const int* h = q + 128 * c;
+      b[64 * c + i] = static_cast<uint8_t>((h[i] & 15) | ((h[64 + i] & 15) << 4));
+      b[64 * c + 32 + i] = static_cast<uint8_t>((h[32 + i] & 15) | ((h[96 + i] & 15) << 4));
+      b[128 + 32 * c + i] = static_cast<uint8_t>((h[i] >> 4) | ((h[32 + i] >> 4) << 2) | ((h[64 + i] >> 4) << 4) |
+                                                 ((h[96 + i] >> 4) << 6));
+    }
+  }
+  const int8_t sc[16] = {1, -2, 3, 4, -128, 6, 7, 127, -9, 10, 11, 12, -3, 14, 0, 16};
+  std::memcpy(b + 192, sc, 16);
+  const uint16_t d = 0x3800;  // 0.5
+  std::memcpy(b + 208, &d, 2);
+  float y[256];
+  convert_to_f32(DType::kQ6_K, b, y, 256);
+  for (int e = 0; e < 256; ++e) {
+    ASSERT_EQ(q6_k_quant(b, e), q[e]) << "element " << e;
+    ASSERT_EQ(y[e], 0.5f * static_cast<float>(sc[e / 16]) * static_cast<float>(q[e] - 32)) << "element " << e;
+  }
+  // Element 200: half 1, 72 = 64 + 8: the high nibble of ql byte 64 + 8 and bits 4-5 of qh byte 128 + 32 + 8.
+  b[72] = 0xA5;
+  b[168] = 0x20;
+  convert_to_f32(DType::kQ6_K, b, y, 256);
+  EXPECT_EQ(y[200], -15.0f);  // q = 10 | 2 << 4 = 42; 0.5 * -3 * (42 - 32)
+  EXPECT_EQ(y[136], 121.5f);  // element 128 + 8: low nibble 5 of byte 72, bits 0-1 (0) of 168; 0.5 * -9 * (5 - 32)
+  // (d * scale) * (q - 32) is exact in f32: at most 11 + 7 + 5 significant bits (2047 * 127 * 31 < 2^24).
+  const uint16_t d2 = 0x3bff;  // 0.99951171875
+  std::memcpy(b + 208, &d2, 2);
+  b[192 + 7] = 127;
+  std::memset(b, 0xff, 64);        // half 0: every quant 63
+  std::memset(b + 128, 0xff, 32);
+  convert_to_f32(DType::kQ6_K, b, y, 256);
+  const double d2f = f16_to_f32(d2);
+  EXPECT_EQ(static_cast<double>(y[112]), d2f * 127 * 31);  // sub-block 7
+  EXPECT_EQ(static_cast<double>(y[0]), d2f * 1 * 31);
+}
+
+// Properties of the Q6_K quantizer (its bytes are checked against llama.cpp's own
+// quantize_row_q6_K_ref by tests/model/quantize_oracle.py): zeros give zero bytes; random data
+// round-trips within two steps of its sub-block's scale; widths not whole super-blocks throw.
+TEST(LinearBlocks, Q6_KQuantizer) {
+  float x[512] = {};
+  uint8_t b[420];
+  std::memset(b, 0xee, sizeof b);
+  convert_from_f32(x, DType::kQ6_K, b, 256);
+  for (int i = 0; i < 210; ++i) ASSERT_EQ(b[i], 0) << i;
+  for (int i = 0; i < 256; ++i) x[i] = i < 128 ? 3.0f : -2.0f;  // positive and negative constants
+  convert_from_f32(x, DType::kQ6_K, b, 256);
+  float y[512];
+  convert_to_f32(DType::kQ6_K, b, y, 256);
+  for (int i = 0; i < 256; ++i) EXPECT_NEAR(y[i], x[i], 2e-2f * std::fabs(x[i])) << i;
+  std::mt19937 rng(3);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  for (float& v : x) v = dist(rng);
+  convert_from_f32(x, DType::kQ6_K, b, 512);
+  convert_to_f32(DType::kQ6_K, b, y, 512);
+  for (int blk = 0; blk < 2; ++blk) {
+    uint16_t dh;
+    std::memcpy(&dh, b + 210 * blk + 208, 2);
+    for (int j = 0; j < 16; ++j) {
+      const float step = std::fabs(f16_to_f32(dh) * static_cast<float>(static_cast<int8_t>(b[210 * blk + 192 + j])));
+      ASSERT_GT(step, 0.0f);
+      for (int i = 0; i < 16; ++i) {
+        const int e = 256 * blk + 16 * j + i;
+        EXPECT_LE(std::fabs(y[e] - x[e]), 2 * step) << e;
+      }
+    }
+  }
+  EXPECT_THROW(convert_from_f32(x, DType::kQ6_K, b, 128), Error);
+}
+
 TEST(LinearBlocks, RejectsRowsOfPartialBlocks) {
-  std::vector<uint8_t> w(144 * 4);
+  std::vector<uint8_t> w(210 * 4);
   float x[512] = {}, y[2];
   EXPECT_THROW(linear(x, 1, WeightView{w.data(), DType::kQ8_0, 2, 48}, nullptr, y), Error);
   EXPECT_THROW(linear(x, 1, WeightView{w.data(), DType::kQ4_0, 2, 48}, nullptr, y), Error);
   EXPECT_THROW(linear(x, 1, WeightView{w.data(), DType::kQ4_K, 2, 288}, nullptr, y), Error);
+  EXPECT_THROW(linear(x, 1, WeightView{w.data(), DType::kQ6_K, 2, 288}, nullptr, y), Error);
 }
 
 TEST(Linear, ZeroKGivesBias) {

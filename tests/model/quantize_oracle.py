@@ -1,14 +1,15 @@
 #!/usr/bin/python3
-"""Oracle test of `astrai quantize --type q8_0|q4_0|q4_k` and of loading quantized checkpoints, against
+"""Oracle test of `astrai quantize --type q8_0|q4_0|q4_k|q6_k` and of loading quantized checkpoints, against
 llama.cpp's own code (gguf-py and ggml-quants.c, from the llama.cpp source in node-llama-cpp's git
 bundle, assets/npm/node-llama-cpp/llama/gitRelease.bundle) and PyTorch.
 Per random-weight model (f32, bf16 and f16 checkpoints; MHA/GQA/MQA, tied, biases, qk-norm, MLA):
   * every matrix written is byte for byte what gguf-py's Q8_0 / Q4_0 quantizer (bit-exact with
     ggml-quants.c's reference) makes of the same values; vectors are kept as f32, exactly;
-  * Q4_K (gguf-py has no Q4_K quantizer): byte for byte what ggml-quants.c's quantize_row_q4_K_ref,
-    compiled here from the bundle's source (cc, about 5 s), makes of the same values, on the test
-    models and on adversarial super-blocks (zeros, constants, one outlier, one sign only, huge and
-    tiny magnitudes, mixed scales, exact ties); the dequantization is gguf-py's Q4_K;
+  * Q4_K and Q6_K (gguf-py has no quantizer for them): byte for byte what ggml-quants.c's
+    quantize_row_q4_K_ref / quantize_row_q6_K_ref, compiled here from the bundle's source (cc,
+    about 5 s), makes of the same values, on the test models and on adversarial super-blocks
+    (zeros, constants, one outlier, one sign only, huge and tiny magnitudes, mixed scales, exact
+    ties); the dequantization is gguf-py's Q4_K / Q6_K;
   * `astrai score` logits of the quantized checkpoint equal, bit for bit, those of an f32 checkpoint
     holding gguf-py's dequantization of the same blocks (chunked paged prefill too), on every
     CPU level this machine runs; greedy generations are the same tokens;
@@ -36,8 +37,8 @@ BUNDLE = os.path.join(ASSETS, "npm", "node-llama-cpp", "llama", "gitRelease.bund
 MODELS = ["llama_mha_bias_tied_sharded", "qwen3_qknorm_mqa8_dynamic_bf16", "mistral_gqa8_f16", "arlm_mla_gate"]
 # How far the quantized model's logits may be from the unquantized model's (max |diff| / max |ref|):
 # quantization is lossy; these bounds only catch a broken format (observed: q8_0 ~0.02, q4_0 ~0.2).
-LOSSY_BOUND = {"q8_0": 0.1, "q4_0": 0.6, "q4_k": 0.6}
-# Q4_K needs matrices whose input width is a multiple of 256 (quantizing others is an error).
+LOSSY_BOUND = {"q8_0": 0.1, "q4_0": 0.6, "q4_k": 0.6, "q6_k": 0.2}
+# Q4_K and Q6_K need matrices whose input width is a multiple of 256 (quantizing others is an error).
 Q4K_MODELS = {
     "llama_q4k_gqa": (of.base("llama", hidden_size=256, intermediate_size=512, num_attention_heads=4,
                               num_key_value_heads=2, attention_bias=True), "F32", 2, False),
@@ -45,6 +46,7 @@ Q4K_MODELS = {
                                       num_key_value_heads=1, head_dim=64, tie_word_embeddings=True), "BF16", 1, False),
 }
 check = of.check
+GGML_FORMATS = ("q4_k", "q6_k")  # quantized by ggml-quants.c's reference (gguf-py has no quantizer)
 
 
 def gguf_py(tmp):
@@ -56,12 +58,14 @@ def gguf_py(tmp):
     sys.path.insert(0, os.path.join(src, "gguf-py"))
     from gguf import quants, GGMLQuantizationType  # noqa: E402
     return quants, {"q8_0": GGMLQuantizationType.Q8_0, "q4_0": GGMLQuantizationType.Q4_0,
-                    "q4_k": GGMLQuantizationType.Q4_K}
+                    "q4_k": GGMLQuantizationType.Q4_K, "q6_k": GGMLQuantizationType.Q6_K}
 
 
-class GgmlQ4K:
-    """quantize_row_q4_K_ref from the bundle's ggml-quants.c, compiled here (baseline x86-64 /
-    AArch64, no FMA contraction: the C semantics of the reference) and called through ctypes."""
+class GgmlKQuants:
+    """quantize_row_q4_K_ref and quantize_row_q6_K_ref from the bundle's ggml-quants.c, compiled
+    here (baseline x86-64 / AArch64, no FMA contraction: the C semantics of the reference) and
+    called through ctypes."""
+    BLOCK_BYTES = {"q4_k": 144, "q6_k": 210}
 
     def __init__(self, tmp):
         src = os.path.join(tmp, "llama.cpp")
@@ -80,12 +84,14 @@ class GgmlQ4K:
         self.ctypes = ctypes
         self.lib = ctypes.CDLL(lib, mode=os.RTLD_LAZY)
 
-    def quantize(self, values):
-        """uint8 [rows, cols / 256 * 144] of an f32 [rows, cols] array (cols a multiple of 256)."""
+    def quantize(self, values, fmt):
+        """uint8 [rows, cols / 256 * block bytes] of an f32 [rows, cols] array (cols a multiple of
+        256), fmt "q4_k" or "q6_k"."""
         x = np.ascontiguousarray(values, dtype=np.float32)
-        out = np.zeros((x.shape[0], x.shape[1] // 256 * 144), dtype=np.uint8)
+        out = np.zeros((x.shape[0], x.shape[1] // 256 * self.BLOCK_BYTES[fmt]), dtype=np.uint8)
         vp = self.ctypes.c_void_p
-        self.lib.quantize_row_q4_K_ref(vp(x.ctypes.data), vp(out.ctypes.data), self.ctypes.c_int64(x.size))
+        fn = self.lib.quantize_row_q4_K_ref if fmt == "q4_k" else self.lib.quantize_row_q6_K_ref
+        fn(vp(x.ctypes.data), vp(out.ctypes.data), self.ctypes.c_int64(x.size))
         return out
 
 
@@ -150,7 +156,7 @@ def test_model(name, fmt, quants, qtype, tmp, lv, ggml=None, spec=None):
         if values.ndim == 2 and values.shape[1] % 32 == 0:
             matrices += 1
             # uint8 [rows, cols / block * block bytes]
-            want = ggml.quantize(values) if fmt == "q4_k" else quants.quantize(values, qtype)
+            want = ggml.quantize(values, fmt) if fmt in GGML_FORMATS else quants.quantize(values, qtype)
             ok = dt == "U8" and list(shape) == list(want.shape) and b == want.tobytes()
             if not ok:
                 print("  %s: %s %s differs from llama.cpp's %s" % (n, dt, shape, list(want.shape)))
@@ -160,7 +166,7 @@ def test_model(name, fmt, quants, qtype, tmp, lv, ggml=None, spec=None):
             same &= dt == "F32" and b == values.tobytes()
             deq_tensors.append((stored(n), torch.from_numpy(values)))
     check(same and matrices > 0, "%s: %d matrices are llama.cpp's %s bytes (%s), the vectors f32 as stored"
-          % (name, matrices, fmt.upper(), "ggml-quants.c" if fmt == "q4_k" else "gguf-py"))
+          % (name, matrices, fmt.upper(), "ggml-quants.c" if fmt in GGML_FORMATS else "gguf-py"))
     of.save_model(deq, cfg_json, deq_tensors, "F32")
 
     seqs = [[(7 * i + 3) % c.vocab for i in range(1, 30)], [(11 * i + 5) % c.vocab for i in range(1, 9)]]
@@ -247,8 +253,8 @@ def adversarial_blocks(rng):
     return np.stack(rows).astype(np.float32)
 
 
-def test_q4k_adversarial(ggml, tmp):
-    """`astrai quantize --type q4_k` on a checkpoint whose matrices hold adversarial rows."""
+def test_k_adversarial(ggml, tmp, fmt):
+    """`astrai quantize --type q4_k|q6_k` on a checkpoint whose matrices hold adversarial rows."""
     cfg_json, _, _, _ = Q4K_MODELS["llama_q4k_gqa"]
     c = of.Cfg(cfg_json)
     rng = np.random.default_rng(11)
@@ -261,26 +267,30 @@ def test_q4k_adversarial(ggml, tmp):
             k = min(v.shape[0], adv.shape[0])
             v[:k] = np.resize(adv[:k], (k, v.shape[1]))
             W[n] = torch.from_numpy(v)
-    src, q = os.path.join(tmp, "adv"), os.path.join(tmp, "adv_q4_k")
+    src, q = os.path.join(tmp, "adv_" + fmt + "_src"), os.path.join(tmp, "adv_" + fmt)
     of.save_model(src, cfg_json, [(n, W[n]) for n in names], "F32", 1)
-    of.run(["quantize", "--model", src, "--output", q, "--type", "q4_k"])
+    of.run(["quantize", "--model", src, "--output", q, "--type", fmt])
     raw = read_raw(os.path.join(q, "model.safetensors"))
     bad = []
     for n in names:
         v = W[n].numpy().astype(np.float32)
-        if v.ndim == 2 and raw[n][2] != ggml.quantize(v).tobytes():
+        if v.ndim == 2 and raw[n][2] != ggml.quantize(v, fmt).tobytes():
             bad.append(n)
-    check(not bad, "q4_k on %d adversarial super-blocks per matrix: bytes == ggml-quants.c's%s"
-          % (adv.shape[0], (" (differ: %s)" % bad) if bad else ""))
+    check(not bad, "%s on %d adversarial super-blocks per matrix: bytes == ggml-quants.c's%s"
+          % (fmt, adv.shape[0], (" (differ: %s)" % bad) if bad else ""))
 
 
-def test_q4k_errors(tmp, q):
+def test_k_errors(tmp, fmt):
     src = os.path.join(tmp, "llama_mha_bias_tied_sharded")  # hidden size 64: no whole super-blocks
-    out = os.path.join(tmp, "x")
-    r = of.run(["quantize", "--model", src, "--output", out, "--type", "q4_k"], expect_ok=False)
-    check(r.returncode != 0 and "256" in r.stderr and "q4_0" in r.stderr and "model.embed_tokens.weight" in r.stderr
-          and not os.path.exists(out),
-          "q4_k of matrices 64 wide is refused before writing, naming the tensor and q4_0: %s" % r.stderr.strip()[-200:])
+    out = os.path.join(tmp, "x_" + fmt)
+    r = of.run(["quantize", "--model", src, "--output", out, "--type", fmt], expect_ok=False)
+    check(r.returncode != 0 and "256" in r.stderr and "q4_0" in r.stderr and fmt in r.stderr
+          and "model.embed_tokens.weight" in r.stderr and not os.path.exists(out),
+          "%s of matrices 64 wide is refused before writing, naming the tensor and q4_0: %s"
+          % (fmt, r.stderr.strip()[-200:]))
+
+
+def test_q4k_bad_shape(tmp, q):
     bad = os.path.join(tmp, "bad_shape_q4k")  # one super-block fewer per row of one matrix
     os.makedirs(bad)
     shutil.copy(os.path.join(q, "config.json"), bad)
@@ -309,14 +319,20 @@ def main():
         for name in MODELS:
             for fmt in ("q8_0", "q4_0"):
                 outs[fmt] = test_model(name, fmt, quants, qtypes[fmt], tmp, lv)
-        ggml = GgmlQ4K(tmp)
+        ggml = GgmlKQuants(tmp)
         for name, spec in Q4K_MODELS.items():
             outs["q4_k"] = test_model(name, "q4_k", quants, qtypes["q4_k"], tmp, lv, ggml, spec)
-        test_q4k_adversarial(ggml, tmp)
-        for fmt in ("q4_0", "q4_k"):
+        # Q6_K: the GQA model with biases (f32; the other model's paths are format-independent).
+        name = "llama_q4k_gqa"
+        outs["q6_k"] = test_model(name, "q6_k", quants, qtypes["q6_k"], tmp, lv, ggml, Q4K_MODELS[name])
+        for fmt in GGML_FORMATS:
+            test_k_adversarial(ggml, tmp, fmt)
+        for fmt in ("q4_0",) + GGML_FORMATS:
             r = of.run(["info", "--model", outs[fmt][1]], expect_ok=False)
             check(r.returncode == 0 and fmt in r.stdout, "info names the %s format" % fmt)
-        test_q4k_errors(tmp, os.path.join(tmp, "llama_q4k_gqa_q4_k"))  # its down_proj rows are 2 super-blocks
+        test_q4k_bad_shape(tmp, os.path.join(tmp, "llama_q4k_gqa_q4_k"))  # its down_proj rows are 2 super-blocks
+        for fmt in GGML_FORMATS:
+            test_k_errors(tmp, fmt)
         test_errors(*outs["q8_0"], tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -63,8 +63,8 @@ inline int64_t num_tiles(int64_t m) {
 template <DType T>
 constexpr int64_t kElemBytes = T == DType::kF32 ? 4 : 2;
 
-// Q8_0, Q4_0 (blocks of 32) and Q4_K (super-blocks of 256) (tensor/dtype.h): rows of whole
-// blocks, no K tails.
+// Q8_0, Q4_0 (blocks of 32), Q4_K and Q6_K (super-blocks of 256) (tensor/dtype.h): rows of
+// whole blocks, no K tails.
 template <DType T>
 constexpr bool kBlockType = is_block_type(T);
 
@@ -102,14 +102,61 @@ inline void q4k_multipliers(const uint8_t* b, float* dm) {
 inline const uint8_t* q4k_quants(const uint8_t* b, int64_t off) { return b + kQ4KQuantsAt + off / 64 * 32 + off % 32; }
 inline int q4k_shift(int64_t off) { return static_cast<int>(off / 32 % 2) * 4; }
 
+// Q6_K: the 16 sub-block multipliers scale * d of the block at b (exact: an f16 times an
+// int8), as one vector.
+inline void q6k_multipliers(const uint8_t* b, float* dm) {
+  uint16_t dh;
+  std::memcpy(&dh, b + kQ6KDAt, 2);
+  const float d = f16_scalar(dh);
+  Vec16 v;
+#pragma GCC unroll 4
+  for (int h = 0; h < kParts; ++h) part(v, h) = pload_i8(reinterpret_cast<const int8_t*>(b + kQ6KScalesAt), d, h);
+  vstore(dm, v);
+}
+
+// Q6_K: the 256 quants of the block at b as q - 32 (int8, element order). Integer work only (the
+// same bytes however it is compiled); written a 32-byte column at a time so it vectorises.
+inline void q6k_unpack(const uint8_t* b, int8_t* q) {
+  for (int c = 0; c < 2; ++c) {
+    const uint8_t* ql = b + 64 * c;
+    const uint8_t* qh = b + kQ6KHighAt + 32 * c;
+    int8_t* o = q + 128 * c;
+#pragma GCC ivdep
+    for (int i = 0; i < 32; ++i) {
+      const uint8_t l0 = ql[i], l1 = ql[32 + i], h = qh[i];
+      o[i] = static_cast<int8_t>(((l0 & 15) | ((h & 3) << 4)) - 32);
+      o[32 + i] = static_cast<int8_t>(((l1 & 15) | ((h & 12) << 2)) - 32);
+      o[64 + i] = static_cast<int8_t>(((l0 >> 4) | (h & 48)) - 32);
+      o[96 + i] = static_cast<int8_t>(((l1 >> 4) | ((h >> 2) & 48)) - 32);
+    }
+  }
+}
+
+// Q6_K elements off..off+15 (off a multiple of 16) of the block at b: their quants - 32 into q,
+// their sub-block's multiplier d * scale returned. The 16 share their bytes' rows and shifts
+// (q6_k_quant in tensor/dtype.h): 16 consecutive bytes of ql and of qh.
+inline float q6k_step(const uint8_t* b, int64_t off, int8_t* q) {
+  const int c = static_cast<int>(off / 128), t = static_cast<int>(off % 128 / 32), i0 = static_cast<int>(off % 32);
+  const uint8_t* ql = b + 64 * c + 32 * (t % 2) + i0;
+  const uint8_t* qh = b + kQ6KHighAt + 32 * c + i0;
+  const int ls = 4 * (t / 2), hs = 2 * t;
+  for (int i = 0; i < 16; ++i) q[i] = static_cast<int8_t>((((ql[i] >> ls) & 15) | (((qh[i] >> hs) & 3) << 4)) - 32);
+  uint16_t dh;
+  std::memcpy(&dh, b + kQ6KDAt, 2);
+  return f16_scalar(dh) * static_cast<float>(static_cast<int8_t>(b[kQ6KScalesAt + off / 16]));
+}
+
 // Part h of the 16 weights at element offset `off` (a multiple of 16) of the block at b, as f32
-// (exact for Q8_0 and Q4_0; Q4_K: one rounding, the same on every level).
+// (exact for Q8_0, Q4_0 and Q6_K; Q4_K: one rounding, the same on every level).
 template <DType T>
 inline Part pload_block(const uint8_t* b, int64_t off, int h) {
   if constexpr (T == DType::kQ8_0) {
     return pload_q8(b, off, h);
   } else if constexpr (T == DType::kQ4_0) {
     return pload_q4(b, off, h);
+  } else if constexpr (T == DType::kQ6_K) {
+    int8_t q[16];
+    return pload_i8(q, q6k_step(b, off, q), h);
   } else {
     uint16_t dh, mh;
     std::memcpy(&dh, b, 2);
@@ -144,8 +191,15 @@ inline Vec16 load_w_at(const uint8_t* row, int64_t k) {
     constexpr int64_t be = block_elems(T);
     const uint8_t* block = row + row_bytes<T>(k / be * be);
     Vec16 v;
+    if constexpr (T == DType::kQ6_K) {  // the 16 quants decoded once for all parts
+      int8_t q[16];
+      const float d1 = q6k_step(block, k % be, q);
 #pragma GCC unroll 4
-    for (int h = 0; h < kParts; ++h) part(v, h) = pload_block<T>(block, k % be, h);
+      for (int h = 0; h < kParts; ++h) part(v, h) = pload_i8(q, d1, h);
+    } else {
+#pragma GCC unroll 4
+      for (int h = 0; h < kParts; ++h) part(v, h) = pload_block<T>(block, k % be, h);
+    }
     return v;
   } else {
     return load_w<T>(row + k * kElemBytes<T>);
@@ -297,7 +351,9 @@ void tile_packed(const float* x, int64_t ldx, const float* wp, int64_t kc, int n
 // The tile of tile_partial and tile_in_place (below) for rows of blocks: a block at a time,
 // each row's pointer moving one block per iteration; the same operations per output as the
 // float tiles. Q8_0 / Q4_0: two 16-wide steps per block. Q4_K: each row's 8 sub-block
-// multipliers (d * sc, dmin * m) decoded once per super-block, then 16 steps. `prefetch_lines`
+// multipliers (d * sc, dmin * m) decoded once per super-block, then 16 steps. Q6_K: each row's
+// 256 quants unpacked to int8 and its 16 multipliers d * scale once per super-block (in L1),
+// then 16 steps of int8 times multiplier. `prefetch_lines`
 // lines from `prefetch` go to L2, spread over the blocks.
 template <int MR, int NR, DType T>
 void tile_blocks(const float* x, int64_t ldx, const void* w, int64_t ld, int64_t kc, int nr, float* y, int64_t ldy,
@@ -316,7 +372,17 @@ void tile_blocks(const float* x, int64_t ldx, const void* w, int64_t ld, int64_t
       for (int64_t b = 0; b < pf_step; ++b) prefetch_l2(pf + b * 64);
       pf += pf_step * 64;
     }
-    if constexpr (T == DType::kQ4_K) {
+    if constexpr (T == DType::kQ6_K) {
+      alignas(64) int8_t q[NR][kQKBlock];
+      float dm[NR][16];
+#pragma GCC unroll 8
+      for (int c = 0; c < NR; ++c) {
+        q6k_unpack(wrow[c], q[c]);
+        q6k_multipliers(wrow[c], dm[c]);
+      }
+      for (int s = 0; s < 16; ++s)
+        tile_step<MR, NR>(x + k + 16 * s, ldx, [&](int c, int h) { return pload_i8(q[c] + 16 * s, dm[c][s], h); }, acc);
+    } else if constexpr (T == DType::kQ4_K) {
       float dm[NR][16];
 #pragma GCC unroll 8
       for (int c = 0; c < NR; ++c) q4k_multipliers(wrow[c], dm[c]);
