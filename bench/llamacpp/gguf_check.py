@@ -12,7 +12,8 @@ Files:
     scaling as per-pair frequency factors, llama with widths for Q4_K) written by gguf-py in F32, F16,
     BF16, Q8_0 and Q4_0 (and Q4_K blocks from `astrai quantize`), q/k permuted as llama.cpp's
     converter does;
-  * F32 llama files requantized by llama.cpp's own `llama-quantize --pure` to Q8_0, Q4_0 and Q4_K;
+  * F32 llama files requantized by llama.cpp's own `llama-quantize --pure` to Q8_0, Q4_0, Q4_K and Q6_K,
+    and to its default Q4_K_M mixture (Q4_K and Q6_K tensors in one file);
   * small llama models carrying real vocabularies (Llama-3, Qwen3 and GPT-4o byte-level BPE, Llama-2
     SentencePiece), scored on texts that each side tokenizes itself.
 For the random-weight files a third party computes the exact answer: PyTorch on the values the
@@ -174,17 +175,20 @@ def main():
     for name, cfg in go.MODELS.items():
         c = of.Cfg(cfg)
         W = of.random_weights(c)
-        k_quants = ["Q4_K"] if name == "llama_q4_k" else []
+        k_quants = ["Q4_K", "Q6_K", "Q4_K_M"] if name == "llama_q4_k" else []
         for ttype in ["F32", "F16", "BF16", "Q8_0", "Q4_0"] + k_quants:
             path = os.path.join(tmp, "%s_%s.gguf" % (name, ttype))
-            go.write_model_gguf(path, cfg, W, ttype, blocks=go.our_q4_k(cfg, W, tmp) if ttype == "Q4_K" else None)
+            go.write_model_gguf(path, cfg, W, ttype, blocks=go.k_quant_blocks(cfg, W, tmp, ttype) if ttype in k_quants else None)
             rows.append(compare(name, ttype, score_all(path, cfg, seqs(c.vocab))))
             if name in ("llama_gqa", "llama_q4_k") and ttype == "F32":
-                for q in ["Q8_0", "Q4_0"] + k_quants:
+                # --pure: every matrix of the type; Q4_K_M: llama.cpp's default mixture (Q4_K, Q6_K)
+                mixes = [("Q4_K_M", [])] if k_quants else []
+                for q, pure in [(t, ["--pure"]) for t in ["Q8_0", "Q4_0"] + k_quants[:2]] + mixes:
                     qpath = os.path.join(tmp, "%s_llama-quantize_%s.gguf" % (name, q))
-                    subprocess.run([os.path.join(a.llamacpp, "build", "bin", "llama-quantize"), "--pure", path, qpath,
-                                    q], check=True, capture_output=True)
-                    rows.append(compare(name + " (llama-quantize)", q, score_all(qpath, cfg, seqs(c.vocab))))
+                    subprocess.run([os.path.join(a.llamacpp, "build", "bin", "llama-quantize")] + pure + [path, qpath, q],
+                                   check=True, capture_output=True)
+                    label = name + (" (llama-quantize --pure)" if pure else " (llama-quantize)")
+                    rows.append(compare(label, q, score_all(qpath, cfg, seqs(c.vocab))))
 
     texts = go.TEXTS
     for vocab, (kind, pre) in go.VOCABS.items():

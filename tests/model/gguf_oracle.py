@@ -138,24 +138,35 @@ def write_model_meta(wr, cfg, ttype, vocab=None):
     wr.add_vocab_size(c.vocab)
     wr.add_file_type({"F32": gguf.LlamaFileType.ALL_F32, "F16": gguf.LlamaFileType.MOSTLY_F16,
                       "BF16": gguf.LlamaFileType.MOSTLY_BF16, "Q8_0": gguf.LlamaFileType.MOSTLY_Q8_0,
-                      "Q4_0": gguf.LlamaFileType.MOSTLY_Q4_0, "Q4_K": gguf.LlamaFileType.MOSTLY_Q4_K_S}[ttype])
+                      "Q4_0": gguf.LlamaFileType.MOSTLY_Q4_0, "Q4_K": gguf.LlamaFileType.MOSTLY_Q4_K_S,
+                      "Q6_K": gguf.LlamaFileType.MOSTLY_Q6_K, "Q4_K_M": gguf.LlamaFileType.MOSTLY_Q4_K_M}[ttype])
     if vocab:
         add_vocab(wr, *vocab)
     else:
         placeholder_vocab(wr, c.vocab)
 
 
-def our_q4_k(cfg, W, tmp):
-    """{HF name: uint8 [rows, bytes]} of our quantizer's Q4_K blocks (gguf-py has no Q4_K quantizer;
-    our bytes equal llama.cpp's quantize_row_q4_K_ref, tests/model/quantize_oracle.py)."""
+def our_blocks(cfg, W, tmp, fmt):
+    """{HF name: (uint8 [rows, bytes], GGML type name)} of our quantizer's k-quant blocks (gguf-py has
+    no Q4_K/Q6_K quantizer; ours equal llama.cpp's reference ones, tests/model/quantize_oracle.py)."""
     c = of.Cfg(cfg)
-    src, out = os.path.join(tmp, "q4k_src"), os.path.join(tmp, "q4k_out")
+    src, out = os.path.join(tmp, "kq_src"), os.path.join(tmp, "kq_out")
     shutil.rmtree(src, ignore_errors=True)
     shutil.rmtree(out, ignore_errors=True)
     of.save_model(src, cfg, [(n, W[n]) for n, _, _ in of.param_shapes(c)], "F32")
-    of.run(["quantize", "--model", src, "--type", "q4_k", "--output", out])
-    return {n: np.frombuffer(b, np.uint8).reshape(shape)
+    of.run(["quantize", "--model", src, "--type", fmt, "--output", out])
+    return {n: (np.frombuffer(b, np.uint8).reshape(shape), fmt.upper())
             for n, (dt, shape, b) in qo.read_raw(os.path.join(out, "model.safetensors")).items() if dt == "U8"}
+
+
+def k_quant_blocks(cfg, W, tmp, ttype):
+    """Blocks for ttype Q4_K, Q6_K, or Q4_K_M (llama.cpp's mixture: Q4_K, with the embedding, attn_v
+    and ffn_down in Q6_K)."""
+    if ttype != "Q4_K_M":
+        return our_blocks(cfg, W, tmp, ttype.lower())
+    q4, q6 = our_blocks(cfg, W, tmp, "q4_k"), our_blocks(cfg, W, tmp, "q6_k")
+    wide = ("embed_tokens", "v_proj", "down_proj")
+    return {n: (q6 if any(w in n for w in wide) else q4)[n] for n in q4}
 
 
 def write_model_gguf(path, cfg, W, ttype, vocab=None, blocks=None):
@@ -182,8 +193,8 @@ def write_model_gguf(path, cfg, W, ttype, vocab=None, blocks=None):
             wr.add_tensor(name, a.astype(np.float16))
             v = a.astype(np.float16).astype(np.float32)
         elif blocks is not None:
-            qt = getattr(gguf.GGMLQuantizationType, ttype)
-            q = blocks[hf]
+            q, qt = blocks[hf]
+            qt = getattr(gguf.GGMLQuantizationType, qt)
             if arch == "llama" and hf.endswith("q_proj.weight"):  # whole rows of blocks
                 q = permute(q, c.nh)
             elif arch == "llama" and hf.endswith("k_proj.weight"):
@@ -216,17 +227,18 @@ def test_model(name, tmp, lv):
     c = of.Cfg(cfg)
     W = of.random_weights(c)
     seqs = [[(7 * i + 3) % c.vocab for i in range(1, 30)], [(11 * i + 5) % c.vocab for i in range(1, 9)]]
-    for ttype in TYPES + (["Q4_K"] if name == "llama_q4_k" else []):
+    k_quants = ["Q4_K", "Q6_K", "Q4_K_M"] if name == "llama_q4_k" else []
+    for ttype in TYPES + k_quants:
         path = os.path.join(tmp, "%s_%s.gguf" % (name, ttype))
         ref = os.path.join(tmp, "%s_%s_ref" % (name, ttype))
-        held = write_model_gguf(path, cfg, W, ttype, blocks=our_q4_k(cfg, W, tmp) if ttype == "Q4_K" else None)
+        held = write_model_gguf(path, cfg, W, ttype, blocks=k_quant_blocks(cfg, W, tmp, ttype) if ttype in k_quants else None)
         ref_cfg = dict(cfg)
         if cfg.get("rope_scaling", {}).get("rope_type") == "llama3":  # the file's factors, not the formula
             ref_cfg["rope_scaling"] = {"rope_type": "freq_factors",
                                        "freq_factors": [float(x) for x in llama3_freq_factors(cfg)]}
         of.save_model(ref, ref_cfg, [(n, held[n]) for n, _, _ in of.param_shapes(c)], "F32")
         want = qo.score_at("auto", ref, seqs, tmp)
-        for level in (lv if ttype in ("Q4_0", "Q4_K", "BF16") else ["auto"]):
+        for level in (lv if ttype in ("Q4_0", "Q4_K", "Q6_K", "Q4_K_M", "BF16") else ["auto"]):
             got = qo.score_at(level, path, seqs, tmp)
             check(got.tobytes() == want.tobytes(),
                   "%s %s (%s): logits of the GGUF file == f32 logits of the values it holds" % (name, ttype, level))
@@ -397,8 +409,8 @@ def test_errors(tmp):
         wr = gguf.GGUFWriter(path, arch)
         if arch == "llama":
             write_model_meta(wr, MODELS["llama_gqa"], "F32")
-            wr.add_tensor("token_embd.weight", np.zeros((c.vocab, 210), np.uint8),
-                          raw_dtype=gguf.GGMLQuantizationType.Q6_K)  # 256 elements per row
+            wr.add_tensor("token_embd.weight", np.zeros((c.vocab, 176), np.uint8),
+                          raw_dtype=gguf.GGMLQuantizationType.Q5_K)  # 256 elements per row
         else:
             wr.add_block_count(1)
             placeholder_vocab(wr, c.vocab)
@@ -407,7 +419,7 @@ def test_errors(tmp):
         wr.write_tensors_to_file()
         wr.close()
         r = of.run(["score", "--model", path, "--ids", "1,2,3"], expect_ok=False)
-        needle = "gpt2" if arch == "gpt2" else "Q6_K"
+        needle = "gpt2" if arch == "gpt2" else "Q5_K"
         check(r.returncode != 0 and needle in r.stderr, "unsupported %s refused: %s" % (what, r.stderr.strip()[-150:]))
     r = of.run(["train", "--model", good, "--data", os.path.join(tmp, "none"), "--output", os.path.join(tmp, "t")],
                expect_ok=False)
