@@ -3,8 +3,8 @@
 # Moby-Dick split by chapter (1-127 to train on, 128-135 held out as eval.txt), a byte-level BPE
 # tokenizer of 4096 tokens trained on the training chapters only, and a 4-layer Llama whose
 # matrix widths are multiples of 256 (hidden 256, FFN 768: whole Q4_K super-blocks), trained as
-# scripts/demo.sh trains (batch 16 x 128, AdamW 3e-3 cosine over 1000 updates). The recorded
-# run was stopped at update 600 (Ctrl-C; the machine was shared) and its step-600 checkpoint used.
+# scripts/demo.sh trains (batch 16 x 128, AdamW 3e-3 cosine over STEPS updates, default 1000; the
+# recorded run used STEPS=600: the machine was shared).
 # Usage: bench/quant_quality/prepare.sh [DIR]   (default runs/quality; ASTRAI=path to astrai)
 # Then:  bench/quant_quality/run.py --model DIR/model --text DIR/eval.txt --llama-bin ...
 set -euo pipefail
