@@ -445,11 +445,7 @@ def main():
         test_errors(tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    if of.FAILURES:
-        print("%d check(s) failed" % len(of.FAILURES))
-        return 1
-    print("all checks passed")
-    return 0
+    return of.verdict()
 
 
 if __name__ == "__main__":

@@ -348,6 +348,15 @@ def rel_err(ours, ref):
 FAILURES = []
 
 
+def verdict():
+    """Prints the outcome of every check() so far; the exit status for main()."""
+    if FAILURES:
+        print("%d check(s) failed" % len(FAILURES))
+        return 1
+    print("all checks passed")
+    return 0
+
+
 def check(cond, msg):
     print(("ok   " if cond else "FAIL ") + msg)
     if not cond:
@@ -580,10 +589,8 @@ def main():
     finally:
         if not keep:
             shutil.rmtree(tmp, ignore_errors=True)
-    if FAILURES:
-        print("%d check(s) failed" % len(FAILURES))
+    if verdict():
         sys.exit(1)
-    print("all checks passed")
 
 
 if __name__ == "__main__":
