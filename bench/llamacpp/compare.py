@@ -279,7 +279,10 @@ def main():
     ap.add_argument("--out", default=os.path.join(ROOT, "build", "llamacpp", "compare"))
     ap.add_argument("--astrai", default=os.path.join(ROOT, "build", "release", "src", "astrai"))
     ap.add_argument("--table", metavar="RESULTS_JSON", help="only print the table of an earlier run's results.json")
+    ap.add_argument("--activations", choices=["q8", "f32"], default="q8",
+                    help="what our quantized weights multiply (astrai --activations; q8, the default, as llama.cpp)")
     a = ap.parse_args()
+    os.environ["ASTRAI_ACTIVATIONS"] = a.activations  # every astrai run below
     if a.table:
         report = json.load(open(a.table))
         batched = all("b8_tg" in r["llama.cpp"] for r in report["results"].values())
@@ -324,11 +327,13 @@ def main():
             r["astrai"] = our_side(a.astrai, d, a.threads, not a.no_batched)
         results[fmt] = r
         log(fmt, json.dumps(r))
-    report = {"cpu": cpu_model(), "threads": a.threads, "date": time.strftime("%Y-%m-%d"), "results": results}
+    report = {"cpu": cpu_model(), "threads": a.threads, "date": time.strftime("%Y-%m-%d"), "results": results,
+              "activations": a.activations}
     with open(os.path.join(a.out, "results.json"), "w") as f:
         json.dump(report, f, indent=1)
     kern = next((r["astrai"]["kernels"] for r in results.values() if "astrai" in r), "?")
-    print(f"{report['cpu']}, {a.threads} threads, AstrAI kernels {kern}, {report['date']}\n")
+    print(f"{report['cpu']}, {a.threads} threads, AstrAI kernels {kern}, quantized weights times {a.activations} "
+          f"activations, {report['date']}\n")
     print(table(results, not a.no_batched))
 
 

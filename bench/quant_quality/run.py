@@ -18,7 +18,8 @@ For a trained f32 Llama checkpoint (our HF layout, a byte-level BPE tokenizer.js
      (llama-perplexity runs with exit_delay.c preloaded: its logger can drop the closing
      statistics at exit on a busy machine);
   5. `astrai eval perplexity --context CTX --stride CTX/2` on our f32 and quantized checkpoints
-     (our engine: f32 activations), as a cross-check; and `astrai score` on llama-perplexity's
+     (our engine, its quantized weights times --activations, q8 by default as in the engine), as
+     a cross-check; and `astrai score` on llama-perplexity's
      chunks: our f32 model's log-probabilities against those llama.cpp stored for its f32 model
      (the GGUF conversion check), our quantized models' perplexity of the same tokens and mean KL
      and same top token against our f32;
@@ -28,12 +29,13 @@ Prints a Markdown table and writes everything as JSON (OUT/results.json).
     bench/quant_quality/run.py --model runs/quality/model --llama-bin build/llamacpp/build/bin \\
         --text runs/quality/eval.txt [--formats q8_0,q4_0,q4_k] [--mixtures Q4_0,Q4_K_M,Q4_0:embd=Q8_0]
         [--ctx 128] [--threads 2] [--astrai build/release/src/astrai] [--out build/quant_quality]
+        [--activations q8|f32]
 
 llama-perplexity scores the second half of each non-overlapping CTX-token chunk (tokens with
 CTX/2+1 to CTX-1 tokens of context, about half the text); `astrai eval perplexity` with stride
 CTX/2 scores every token once, past the first window with CTX/2 to CTX-1 tokens of context, and
-runs our kernels (f32 activations, where llama.cpp rounds them to 8 bits for quantized weights),
-so the two perplexities are close, not equal. Our formats' GGUF rows and llama-quantize --pure's
+runs our kernels (llama.cpp also rounds activations to 8 bits for quantized weights, in its own
+way: f16 scales, per 256 for k-quants), so the two perplexities are close, not equal. Our formats' GGUF rows and llama-quantize --pure's
 share one llama-perplexity run when their tensors are byte-identical (the same numbers follow).
 Needs: numpy, llama.cpp's source tree next to its build (gguf-py: --llama-src, default
 LLAMA_BIN/../../src).
@@ -337,7 +339,10 @@ def main():
     ap.add_argument("--out", default=os.path.join(ROOT, "build", "quant_quality"))
     ap.add_argument("--no-astrai-eval", action="store_true",
                     help="skip our engine's runs (astrai eval perplexity, astrai score)")
+    ap.add_argument("--activations", choices=["q8", "f32"], default="q8",
+                    help="what our engine's quantized weights multiply (astrai --activations)")
     a = ap.parse_args()
+    os.environ["ASTRAI_ACTIVATIONS"] = a.activations  # every astrai run below
     formats = [f for f in a.formats.split(",") if f]
     for f in formats:
         if f not in FORMATS:

@@ -33,6 +33,7 @@
 #include "infer/engine.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/dispatch.h"
+#include "kernels/cpu/gemm_mode.h"
 #include "model/transformer.h"
 
 namespace astrai::cli {
@@ -281,11 +282,14 @@ void run_decode(const DecodeFlags& f) {
   const kernels::CpuInfo& cpu = kernels::cpu_info();
   const std::string level(kernels::isa_name(kernels::active_isa()));
   if (on_cpu)
-    std::printf("cpu: %s, kernels %s\n", cpu.model.empty() ? cpu.arch.c_str() : cpu.model.c_str(), level.c_str());
+    std::printf("cpu: %s, kernels %s, quantized weights times %s activations\n",
+                cpu.model.empty() ? cpu.arch.c_str() : cpu.model.c_str(), level.c_str(),
+                kernels::activations_name(kernels::activations()));
   else
     std::printf("device: cuda (the attention share is not measured there: kernels run asynchronously)\n");
   Json report = {{"params", m->num_parameters()}, {"weight_bytes", weight_bytes}, {"copy_bw", bw},
-                 {"cpu", cpu.model}, {"kernels", level}, {"device", on_cpu ? "cpu" : "cuda"}};
+                 {"cpu", cpu.model}, {"kernels", level}, {"device", on_cpu ? "cpu" : "cuda"},
+                 {"activations", kernels::activations_name(kernels::activations())}};
   double tps1 = 0;
   for (int b : f.batches) {
     RunStats s = run_batch(m, b, f.prompt, f.gen, false, f.kv_dtype);
@@ -333,11 +337,13 @@ void run_prefill(const PrefillFlags& f) {
   const kernels::CpuInfo& cpu = kernels::cpu_info();
   const bool on_cpu = m->device() == Device::kCpu;
   const std::string level = on_cpu ? std::string(kernels::isa_name(kernels::active_isa())) : "cuda";
-  std::printf("model: %.1fM parameters, %.0f MB of weights; %d threads; cpu: %s, kernels %s\n",
+  const char* acts = kernels::activations_name(kernels::activations());
+  std::printf("model: %.1fM parameters, %.0f MB of weights; %d threads; cpu: %s, kernels %s; quantized weights "
+              "times %s activations\n",
               m->num_parameters() / 1e6, static_cast<double>(m->weight_bytes()) / 1e6, num_threads(),
-              cpu.model.empty() ? cpu.arch.c_str() : cpu.model.c_str(), level.c_str());
+              cpu.model.empty() ? cpu.arch.c_str() : cpu.model.c_str(), level.c_str(), acts);
   Json report = {{"params", m->num_parameters()}, {"weight_bytes", static_cast<double>(m->weight_bytes())},
-                 {"cpu", cpu.model}, {"kernels", level}, {"prompt", f.prompt}};
+                 {"cpu", cpu.model}, {"kernels", level}, {"prompt", f.prompt}, {"activations", acts}};
   for (int b : f.batches) {
     ASTRAI_CHECK(b > 0, "bench prefill: batch sizes must be positive (got ", b, ")");
     RunStats best;

@@ -7,6 +7,7 @@
 #include "cli/command.h"
 #include "kernels/cpu/blas_core.h"
 #include "kernels/cpu/dispatch.h"
+#include "kernels/cpu/gemm_mode.h"
 
 namespace astrai::cli {
 
@@ -37,9 +38,16 @@ int main(int argc, char** argv) {
                  "CPU kernels' instruction-set level: auto (the best this CPU runs), generic, v3 (AVX2+FMA), v4 "
                  "(AVX-512) or neon; default: ASTRAI_CPU_ISA, else auto. Every level gives the same results.")
       ->check(CLI::IsMember({"auto", "generic", "v3", "v4", "neon"}));
+  std::string activations;
+  app.add_option("--activations", activations,
+                 "What quantized weights (Q8_0, Q4_0, Q4_K, Q6_K) multiply: f32 (the activations as they are, each "
+                 "weight widened exactly) or q8 (the activations rounded to 8 bits per block, integer dot products, "
+                 "as llama.cpp does, and faster); default: ASTRAI_ACTIVATIONS, else q8. Other weights are unaffected.")
+      ->check(CLI::IsMember({"f32", "q8"}));
   app.fallthrough();
-  app.parse_complete_callback([&cpu_isa] {
+  app.parse_complete_callback([&cpu_isa, &activations] {
     if (!cpu_isa.empty()) astrai::kernels::select_isa(cpu_isa);
+    if (!activations.empty()) astrai::kernels::set_activations(astrai::kernels::parse_activations(activations.c_str()));
   });
   for (auto setup : astrai::cli::registered_commands()) setup(app);
   try {

@@ -53,6 +53,13 @@ template <typename T>
                                        << ": generic " << want[first] << ", this level " << got[first];
 }
 
+// Sets the activations mode of quantized weights for a scope (the default is q8).
+struct ScopedActivations {
+  explicit ScopedActivations(Activations a) : saved(activations()) { set_activations(a); }
+  ~ScopedActivations() { set_activations(saved); }
+  Activations saved;
+};
+
 struct ThreadCount {
   explicit ThreadCount(int n) : saved(omp_get_max_threads()) { omp_set_num_threads(n); }
   ~ThreadCount() { omp_set_num_threads(saved); }
@@ -130,6 +137,7 @@ TEST_P(IsaIdentity, LinearEveryDtypeAndPath) {
 
 // Q8_0 and Q4_0 weights (rows of whole blocks of 32): the quantized paths of every level equal generic.
 TEST_P(IsaIdentity, LinearQ8_0AndQ4_0EveryPath) {
+  ScopedActivations mode(Activations::kF32);
   const std::vector<LinearShape> shapes = {
       {1, 7, 32},   {1, 40, 2496}, {2, 13, 64},   {3, 96, 96},   {4, 50, 1024}, {5, 31, 1056},
       {8, 24, 320}, {9, 23, 96},   {16, 61, 64},  {33, 70, 160}, {64, 18, 224}, {65, 30, 160},
@@ -151,6 +159,7 @@ TEST_P(IsaIdentity, LinearQ8_0AndQ4_0EveryPath) {
 // equals that level's f32 linear on the dequantized weights (the widening is the
 // dequantization, bit for bit).
 void IsaIdentity::expect_k_quant_paths(DType dt) {
+  ScopedActivations mode(Activations::kF32);
   const std::vector<LinearShape> shapes = {
       {1, 7, 256},   {1, 40, 2560}, {2, 13, 512},  {3, 96, 256},  {4, 50, 1024}, {5, 31, 1280},
       {8, 24, 768},  {9, 23, 256},  {16, 61, 256}, {33, 70, 512}, {64, 18, 256}, {65, 30, 512},
@@ -176,6 +185,31 @@ void IsaIdentity::expect_k_quant_paths(DType dt) {
 
 TEST_P(IsaIdentity, LinearQ4_KEveryPath) { expect_k_quant_paths(DType::kQ4_K); }
 TEST_P(IsaIdentity, LinearQ6_KEveryPath) { expect_k_quant_paths(DType::kQ6_K); }
+
+// The q8 activation mode (integer block dot products, kernels/cpu/linear_int8.h): every level
+// and every tile equals generic, for each quantized format, including blocks of zeros, a block
+// holding an infinity and rows of tiny values.
+TEST_P(IsaIdentity, LinearQ8ActivationsEveryFormat) {
+  ScopedActivations mode(Activations::kQ8);
+  const std::vector<LinearShape> shapes = {
+      {1, 8, 256},  {1, 40, 2560}, {2, 13, 512}, {3, 96, 256},   {4, 50, 1024},
+      {5, 31, 768}, {8, 24, 768},  {9, 23, 256}, {65, 30, 512},  {7, 130, 3072},
+  };
+  for (DType dt : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ6_K}) {
+    for (const LinearShape& s : shapes) {
+      auto x = randn(static_cast<size_t>(s.m * s.k), 1);
+      for (int64_t e = 0; e < 32; ++e) x[static_cast<size_t>(e)] = 0.0f;        // a zero block
+      if (s.m > 1) x[static_cast<size_t>(s.k + 3)] = INFINITY;                   // row 1: d = NaN
+      if (s.m > 2)
+        for (int64_t e = 0; e < s.k; ++e) x[static_cast<size_t>(2 * s.k + e)] *= 1e-32f;  // row 2: below 1e-30
+      const auto wf = randn(static_cast<size_t>(s.n * s.k), 2, 0.2f);
+      const auto bias = randn(static_cast<size_t>(s.n), 3);
+      std::vector<uint8_t> wq(dtype_bytes(dt, s.n * s.k));
+      convert_from_f32(wf.data(), dt, wq.data(), wf.size());
+      expect_linear_same(x, s.m, WeightView{wq.data(), dt, s.n, s.k}, bias);
+    }
+  }
+}
 
 TEST_P(IsaIdentity, LinearNonInvariantModeAndTrainingGemms) {
   const int64_t m = 40, n = 33, k = 70;

@@ -15,6 +15,13 @@
 namespace astrai::kernels {
 namespace {
 
+// Sets the activations mode of quantized weights for a scope (the default is q8).
+struct ScopedActivations {
+  explicit ScopedActivations(Activations a) : saved(activations()) { set_activations(a); }
+  ~ScopedActivations() { set_activations(saved); }
+  Activations saved;
+};
+
 struct Weights {
   DType dtype;
   int64_t n, k;
@@ -161,6 +168,7 @@ INSTANTIATE_TEST_SUITE_P(Dtypes, LinearDtypeTest, ::testing::Values(DType::kF32,
 // so the quantized linear equals the f32 linear on the dequantized weights bit for bit, on every
 // path (Q4_K, Q6_K: K across the 1024 blocks of the contract, whole and partial).
 TEST(LinearBlocks, EqualsF32LinearOnDequantizedWeights) {
+  ScopedActivations mode(Activations::kF32);
   std::mt19937 rng(7);
   for (DType dt : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ6_K})
   for (int64_t m : {1, 2, 3, 5, 8, 16, 33, 64, 65, 150}) {
@@ -185,6 +193,93 @@ TEST(LinearBlocks, EqualsF32LinearOnDequantizedWeights) {
       }
     }
   }
+}
+
+// The q8 activation mode (kernels/cpu/linear_int8.h) against double-precision references:
+//  - activations that quantize exactly (integers in [-127, 127], each block holding +-127, so
+//    d = 1 and q = x): y equals sum(w * x) over the dequantized weights up to the f32 chain's
+//    roundings;
+//  - random activations: y differs from the exact product by no more than the activations'
+//    rounding allows, sum over blocks of (d_x / 2) * sum |w| (plus the same f32 slack);
+//  - batch invariance: a row alone gives the bits it gives inside any batch.
+
+TEST(LinearBlocks, Q8ActivationsAgainstDoubleReference) {
+  ScopedActivations mode(Activations::kQ8);
+  std::mt19937 rng(11);
+  std::uniform_int_distribution<int> ints(-127, 127);
+  for (DType dt : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ6_K}) {
+    const int64_t blk = block_elems(dt) == kQKBlock ? kQKBlock : kQBlock;  // activation block
+    for (int64_t m : {1, 3, 6}) {
+      for (int64_t k : {int64_t{256}, int64_t{768}, int64_t{2048}}) {
+        for (int64_t n : {5, 16, 40}) {
+          const auto wf = random_vec(static_cast<size_t>(n * k), rng);
+          std::vector<uint8_t> wq(dtype_bytes(dt, n * k));
+          convert_from_f32(wf.data(), dt, wq.data(), wf.size());
+          std::vector<float> wd(wf.size());
+          convert_to_f32(dt, wq.data(), wd.data(), wd.size());
+          for (bool exact : {true, false}) {
+            std::vector<float> x(static_cast<size_t>(m * k));
+            if (exact) {
+              for (auto& v : x) v = static_cast<float>(ints(rng));
+              for (int64_t b = 0; b < m * k; b += blk) x[static_cast<size_t>(b + ints(rng) % 7 + 7)] = ints(rng) < 0 ? -127.0f : 127.0f;
+            } else {
+              x = random_vec(x.size(), rng);
+            }
+            std::vector<float> y(static_cast<size_t>(m * n), NAN);
+            linear(x.data(), m, WeightView{wq.data(), dt, n, k}, nullptr, y.data());
+            for (int64_t i = 0; i < m; ++i)
+              for (int64_t j = 0; j < n; ++j) {
+                double want = 0, mag = 0, bound = 0;
+                for (int64_t b = 0; b < k; b += blk) {
+                  double amax = 0, wabs = 0;
+                  for (int64_t e = b; e < b + blk; ++e) {
+                    const double xv = x[static_cast<size_t>(i * k + e)], wv = wd[static_cast<size_t>(j * k + e)];
+                    want += xv * wv;
+                    mag += std::fabs(xv * wv);
+                    amax = std::max(amax, std::fabs(xv));
+                    wabs += std::fabs(wv);
+                  }
+                  bound += exact ? 0.0 : amax / 127.0 / 2.0 * (1.0 + 1e-5) * wabs;
+                }
+                const double got = y[static_cast<size_t>(i * n + j)];
+                EXPECT_LE(std::fabs(got - want), bound + 4e-6 * (mag + bound))
+                    << dtype_name(dt) << (exact ? " exact" : " random") << " M=" << m << " N=" << n << " K=" << k
+                    << " at " << i << "," << j << ": " << got << " vs " << want;
+              }
+            // Each row alone equals its row in the batch.
+            for (int64_t i = 0; i < m; ++i) {
+              std::vector<float> one(static_cast<size_t>(n), NAN);
+              linear(x.data() + i * k, 1, WeightView{wq.data(), dt, n, k}, nullptr, one.data());
+              ASSERT_EQ(std::memcmp(one.data(), y.data() + i * n, static_cast<size_t>(n) * 4), 0)
+                  << dtype_name(dt) << " row " << i << " of " << m;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// Quantized weights times f32 activations differ from q8: the mode switch reaches the kernels.
+TEST(LinearBlocks, ActivationsModeChangesQuantizedOnly) {
+  std::mt19937 rng(12);
+  const int64_t n = 16, k = 256;
+  const auto x = random_vec(static_cast<size_t>(k), rng), wf = random_vec(static_cast<size_t>(n * k), rng);
+  std::vector<uint8_t> wq(dtype_bytes(DType::kQ8_0, n * k));
+  convert_from_f32(wf.data(), DType::kQ8_0, wq.data(), wf.size());
+  std::vector<float> f32_mode(n), q8_mode(n), f32w_f32(n), f32w_q8(n);
+  ScopedActivations f32(Activations::kF32);
+  linear(x.data(), 1, WeightView{wq.data(), DType::kQ8_0, n, k}, nullptr, f32_mode.data());
+  linear(x.data(), 1, WeightView{wf.data(), DType::kF32, n, k}, nullptr, f32w_f32.data());
+  {
+    ScopedActivations mode(Activations::kQ8);
+    linear(x.data(), 1, WeightView{wq.data(), DType::kQ8_0, n, k}, nullptr, q8_mode.data());
+    linear(x.data(), 1, WeightView{wf.data(), DType::kF32, n, k}, nullptr, f32w_q8.data());
+  }
+  EXPECT_NE(std::memcmp(f32_mode.data(), q8_mode.data(), n * 4), 0);
+  EXPECT_EQ(std::memcmp(f32w_f32.data(), f32w_q8.data(), n * 4), 0);
+  EXPECT_EQ(parse_activations("q8"), Activations::kQ8);
+  EXPECT_THROW(parse_activations("int8"), Error);
 }
 
 TEST(LinearBlocks, Q8_0QuantizesAsLlamaCppReference) {
@@ -254,6 +349,7 @@ TEST(LinearBlocks, Q4_KLayout) {
     ASSERT_EQ(y[e], want) << "element " << e;
   }
   // The kernel's widening (decode path, W read in place) of the same row: x = unit vector e.
+  ScopedActivations f32(Activations::kF32);
   for (int e = 0; e < 256; ++e) {
     float x[256] = {}, out = NAN;
     x[e] = 1.0f;

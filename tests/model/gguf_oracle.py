@@ -431,6 +431,9 @@ def main():
     if not os.path.exists(qo.BUNDLE):
         print("FAIL llama.cpp source bundle not found at %s (scripts/fetch-assets.sh)" % qo.BUNDLE)
         return 1
+    # Quantized files are compared with f32 checkpoints of their values: f32 activations (the
+    # q8 activation mode is checked on the same kernels by quantize_oracle.py).
+    os.environ["ASTRAI_ACTIVATIONS"] = "f32"
     tmp = tempfile.mkdtemp(prefix="astrai_gguf_")
     try:
         qo.gguf_py(tmp)

@@ -226,14 +226,52 @@ def rms(x, w, eps):
     return w * (x * torch.rsqrt(var + eps))
 
 
+# Weights whose linear layers quantize their activations to 8 bits (the q8 activation mode of
+# src/kernels/cpu/linear_int8.h): id(weight tensor) -> activation block (32 or 256). Set by
+# torch_forward(act_q8=...).
+_ACT_Q8 = {}
+
+
+def q8_activations(x, block):
+    """x [T, K] rounded as the q8 mode rounds it, per block: amax, inv = 127 / amax and
+    d = amax / 127 in f32, q = rint(x * inv) (f32 product, ties to even) within [-127, 127];
+    blocks with amax < 1e-30 are zero. Returns d * q exactly (float64)."""
+    a = x.detach().numpy().astype(np.float32)
+    T, K = a.shape
+    a = a.reshape(T, K // block, block)
+    amax = np.abs(a).max(-1, keepdims=True)
+    tiny = amax < np.float32(1e-30)
+    safe = np.where(tiny, np.float32(1), amax).astype(np.float32)
+    inv = (np.float32(127) / safe).astype(np.float32)
+    d = (safe / np.float32(127)).astype(np.float32)
+    q = np.clip(np.rint((a * inv).astype(np.float32)), -127, 127)
+    q = np.where(tiny, 0, q)
+    return torch.from_numpy((q.astype(np.float64) * d.astype(np.float64)).reshape(T, K))
+
+
 def lin(x, w, b=None):
-    y = x @ w.t()
+    block = _ACT_Q8.get(id(w))
+    if block:
+        y = (q8_activations(x, block) @ w.double().t()).to(torch.float32)
+    else:
+        y = x @ w.t()
     return y + b if b is not None else y
 
 
-def torch_forward(c, W, ids, kv_bf16=False):
+def torch_forward(c, W, ids, kv_bf16=False, act_q8=None):
     """Logits [T, vocab] of one sequence (positions 0..T-1). kv_bf16: K and V rounded to bf16
-    where they are cached (after RoPE and qk-norm), as a bf16 KV cache stores them."""
+    where they are cached (after RoPE and qk-norm), as a bf16 KV cache stores them. act_q8: {name:
+    activation block} of the weights (quantized ones, their values dequantized in W) whose linear
+    layers quantize their input to 8 bits, as `--activations q8` does."""
+    _ACT_Q8.clear()
+    _ACT_Q8.update({id(W[n]): blk for n, blk in (act_q8 or {}).items()})
+    try:
+        return _forward(c, W, ids, kv_bf16)
+    finally:
+        _ACT_Q8.clear()
+
+
+def _forward(c, W, ids, kv_bf16):
     T = len(ids)
     x = W["model.embed_tokens.weight"][torch.tensor(ids)]
     cos, sin = cos_sin(c, list(range(T)))

@@ -109,10 +109,39 @@ void select_isa(std::string_view name) {
 
 namespace {
 std::atomic<bool> g_batch_invariant{true};
+// q8 by default: faster on every shape measured (docs/performance.md, "Against llama.cpp").
+constexpr Activations kDefaultActivations = Activations::kQ8;
 }  // namespace
 
 void set_batch_invariant(bool on) { g_batch_invariant.store(on, std::memory_order_relaxed); }
 bool batch_invariant() { return g_batch_invariant.load(std::memory_order_relaxed); }
+
+Activations parse_activations(const char* name) {
+  const std::string s = name;
+  if (s == "f32") return Activations::kF32;
+  if (s == "q8") return Activations::kQ8;
+  fail("activations: '", s, "' is not one of f32, q8");
+}
+const char* activations_name(Activations a) { return a == Activations::kQ8 ? "q8" : "f32"; }
+
+namespace {
+Activations initial_activations() {
+  const char* env = std::getenv("ASTRAI_ACTIVATIONS");
+  return env && *env ? parse_activations(env) : kDefaultActivations;
+}
+std::atomic<int> g_activations{-1};
+}  // namespace
+
+void set_activations(Activations a) { g_activations.store(static_cast<int>(a), std::memory_order_relaxed); }
+Activations activations() {
+  int v = g_activations.load(std::memory_order_relaxed);
+  if (v < 0) {
+    v = static_cast<int>(initial_activations());
+    int expected = -1;
+    if (!g_activations.compare_exchange_strong(expected, v)) v = expected;
+  }
+  return static_cast<Activations>(v);
+}
 
 // The public entry points.
 

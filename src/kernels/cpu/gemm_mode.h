@@ -13,4 +13,18 @@ namespace astrai::kernels {
 void set_batch_invariant(bool on);
 bool batch_invariant();
 
+// What quantized weights (Q8_0, Q4_0, Q4_K, Q6_K) multiply, process-wide:
+//   kF32: the f32 activations, each weight widened exactly (the weights' exact product);
+//   kQ8:  the activations quantized to 8 bits per block, integer dot products (as llama.cpp
+//         computes; kernels/cpu/linear_int8.h defines the arithmetic).
+// Both are batch-invariant and give the same bits on every CPU level; they differ from each
+// other by the activations' rounding. The first call reads ASTRAI_ACTIVATIONS (f32|q8); the
+// default is q8, the faster (docs/quantization.md).
+enum class Activations { kF32, kQ8 };
+void set_activations(Activations a);
+Activations activations();
+// "f32" or "q8" to the enum; throws astrai::Error for anything else.
+Activations parse_activations(const char* name);
+const char* activations_name(Activations a);
+
 }  // namespace astrai::kernels

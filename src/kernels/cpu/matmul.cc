@@ -31,6 +31,7 @@
 #include "kernels/cpu/gemm_mode.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/level_table.h"
+#include "kernels/cpu/linear_int8.h"
 #include "kernels/cpu/linear_tile.h"
 #include "kernels/cpu/simd.h"
 
@@ -329,6 +330,7 @@ void linear(const float* x, int64_t m, const WeightView& w, const float* bias, f
     case DType::kQ6_K:
       ASTRAI_CHECK(w.cols % block_elems(w.dtype) == 0, "linear: ", dtype_name(w.dtype),
                    " weights need whole blocks of ", block_elems(w.dtype), " (cols ", w.cols, ")");
+      if (activations() == Activations::kQ8) return linear_int8(x, m, w, bias, y);
       if (w.dtype == DType::kQ8_0) return linear_typed<DType::kQ8_0>(x, m, w, bias, y);
       if (w.dtype == DType::kQ4_0) return linear_typed<DType::kQ4_0>(x, m, w, bias, y);
       if (w.dtype == DType::kQ4_K) return linear_typed<DType::kQ4_K>(x, m, w, bias, y);

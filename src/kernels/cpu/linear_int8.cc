@@ -1,0 +1,420 @@
+// kernels::linear_int8 — quantized weights times 8-bit activations (definition in linear_int8.h).
+//
+// Each call quantizes the rows of x once (all threads), then splits the outputs over the threads
+// in groups of 8. The generic level (and neon, for now) computes one output at a time, as the
+// definition is written. x86 levels (v3 and v4 share the AVX2 code) work on tiles of up to 4 rows
+// of x times 8 outputs: per weight block, 32 products per `maddubs` (Q8_0 through the sign trick,
+// the nibble formats directly as unsigned bytes), pairs summed by `madd` (times the sub-block
+// scale for the k-quants), and the 8 outputs' sums reduced together by `hadd` into one vector
+// whose lanes are the outputs, so the f32 chain of every output runs in its own lane.
+#include "kernels/cpu/linear_int8.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cfloat>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "base/error.h"
+#include "kernels/cpu/level_table.h"
+#include "kernels/cpu/simd.h"
+
+ASTRAI_KERNELS_BEGIN
+
+namespace {
+
+constexpr float kTinyAmax = 1e-30f;  // blocks below this are all zero (127 / amax would overflow)
+
+// Rows of x quantized: q[row * k + e], d[row * k / block + b], sums of q per 16 and per 32.
+struct ActRows {
+  const int8_t* q;
+  const float* d;
+  const int16_t* s16;
+  const int16_t* s32;
+  int64_t k;
+  int64_t block;
+};
+
+void quantize_block(const float* x, int64_t n, int8_t* q, float* d) {
+  float amax = 0.0f;
+  bool finite = true;
+  for (int64_t e = 0; e < n; ++e) {
+    const float a = std::fabs(x[e]);
+    if (!(a <= FLT_MAX)) finite = false;
+    else if (a > amax) amax = a;
+  }
+  if (!finite || amax < kTinyAmax) {
+    *d = finite ? 0.0f : std::numeric_limits<float>::quiet_NaN();
+    std::memset(q, 0, static_cast<size_t>(n));
+    return;
+  }
+  const float inv = 127.0f / amax;
+  *d = amax / 127.0f;
+  for (int64_t e = 0; e < n; ++e) {
+    const float v = std::nearbyint(x[e] * inv);
+    q[e] = static_cast<int8_t>(v > 127.0f ? 127.0f : v < -127.0f ? -127.0f : v);
+  }
+}
+
+void quantize_row(const float* x, int64_t k, int64_t block, int8_t* q, float* d, int16_t* s16, int16_t* s32) {
+  for (int64_t b = 0; b < k / block; ++b) quantize_block(x + b * block, block, q + b * block, d + b);
+  for (int64_t g = 0; g < k / 16; ++g) {
+    int s = 0;
+    for (int e = 0; e < 16; ++e) s += q[g * 16 + e];
+    s16[g] = static_cast<int16_t>(s);
+  }
+  for (int64_t g = 0; g < k / 32; ++g) s32[g] = static_cast<int16_t>(s16[2 * g] + s16[2 * g + 1]);
+}
+
+float f16_at(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return f16_widen(h);
+}
+
+// The 6-bit scales and mins of a Q4_K block (bytes: sc[0..7], m[0..7]), 4 at a time from the 12
+// scale bytes as little-endian words (q4_k_scale_min gives the same values one at a time).
+void q4k_scales_mins(const uint8_t* b, uint8_t* out) {
+  uint32_t w[3];
+  std::memcpy(w, b + kQ4KScalesAt, 12);
+  const uint32_t six[4] = {
+      w[0] & 0x3f3f3f3fu,
+      (w[2] & 0x0f0f0f0fu) | ((w[0] >> 2) & 0x30303030u),
+      w[1] & 0x3f3f3f3fu,
+      ((w[2] >> 4) & 0x0f0f0f0fu) | ((w[1] >> 2) & 0x30303030u),
+  };
+  std::memcpy(out, six, 16);
+}
+
+// ---- The definition, one output at a time (generic, and x86's partial groups) ----
+
+// Row `wr` of W (nb blocks) against activation row i.
+template <DType T>
+float dot_ref(const uint8_t* wr, const ActRows& a, int64_t i, int64_t nb) {
+  const int8_t* xq = a.q + i * a.k;
+  const float* dx = a.d + i * (a.k / a.block);
+  float acc = 0.0f;
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* blk = wr + b * block_bytes(T);
+    if constexpr (T == DType::kQ8_0 || T == DType::kQ4_0) {
+      const int8_t* x = xq + b * kQBlock;
+      int32_t s = 0;
+      for (int e = 0; e < kQBlock; ++e) {
+        const int wq = T == DType::kQ8_0 ? static_cast<int8_t>(blk[2 + e]) : ((blk[2 + e % 16] >> (e / 16 * 4)) & 15) - 8;
+        s += wq * x[e];
+      }
+      acc = std::fma(f16_at(blk) * dx[b], static_cast<float>(s), acc);
+    } else if constexpr (T == DType::kQ4_K) {
+      const int8_t* x = xq + b * kQKBlock;
+      const int16_t* xs = a.s32 + i * (a.k / 32) + b * 8;
+      uint8_t sm[16];
+      q4k_scales_mins(blk, sm);
+      int32_t sa = 0, sb = 0;
+      for (int j = 0; j < 8; ++j) {
+        int32_t s = 0;
+        for (int e = 0; e < 32; ++e) s += ((blk[kQ4KQuantsAt + j / 2 * 32 + e] >> (j % 2 * 4)) & 15) * x[32 * j + e];
+        sa += sm[j] * s;
+        sb += sm[8 + j] * xs[j];
+      }
+      acc = std::fma(f16_at(blk) * dx[b], static_cast<float>(sa), acc);
+      acc = std::fma(f16_at(blk + 2) * dx[b], -static_cast<float>(sb), acc);
+    } else {  // Q6_K
+      const int8_t* x = xq + b * kQKBlock;
+      int32_t sa = 0;
+      for (int g = 0; g < 16; ++g) {
+        int32_t s = 0;
+        for (int e = 16 * g; e < 16 * g + 16; ++e) s += (q6_k_quant(blk, e) - 32) * x[e];
+        sa += static_cast<int8_t>(blk[kQ6KScalesAt + g]) * s;
+      }
+      acc = std::fma(f16_at(blk + kQ6KDAt) * dx[b], static_cast<float>(sa), acc);
+    }
+  }
+  return acc;
+}
+
+template <DType T>
+void outputs_ref(const ActRows& a, int64_t i0, int64_t rows, const uint8_t* w, int64_t nr, int64_t nb,
+                 const float* bias, float* y, int64_t ldy) {
+  for (int64_t i = i0; i < i0 + rows; ++i)
+    for (int64_t c = 0; c < nr; ++c) {
+      const float s = dot_ref<T>(w + c * nb * block_bytes(T), a, i, nb);
+      y[i * ldy + c] = bias ? s + bias[c] : s;
+    }
+}
+
+#if defined(ASTRAI_ISA_V3) || defined(ASTRAI_ISA_V4)
+
+constexpr int kTileRows = 4;
+
+inline __m256i load256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+
+// Lane n of the result = the sum of the 8 lanes of h..., given h01 = hadd(p0, p1), h23, h45, h67.
+inline __m256i reduce_outputs(__m256i h01, __m256i h23, __m256i h45, __m256i h67) {
+  const __m256i a = _mm256_hadd_epi32(h01, h23);  // [p0..p3 lanes 0-3 | p0..p3 lanes 4-7]
+  const __m256i b = _mm256_hadd_epi32(h45, h67);
+  return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20), _mm256_permute2x128_si256(a, b, 0x31));
+}
+inline __m256i reduce_outputs(const __m256i* p) {
+  return reduce_outputs(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]), _mm256_hadd_epi32(p[4], p[5]),
+                        _mm256_hadd_epi32(p[6], p[7]));
+}
+
+// The f16 values at p, p + stride, ..., p + 7 stride as f32.
+inline __m256 f16x8(const uint8_t* p, int64_t stride) {
+  alignas(16) uint16_t h[8];
+  for (int n = 0; n < 8; ++n) std::memcpy(&h[n], p + n * stride, 2);
+  return _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(h)));
+}
+
+inline void store_outputs(__m256 acc, const float* bias, float* y) {
+  _mm256_storeu_ps(y, bias ? _mm256_add_ps(acc, _mm256_loadu_ps(bias)) : acc);
+}
+
+// Q8_0 / Q4_0: R rows from i0 times the 8 W rows at w (row stride rb bytes), nb blocks.
+// The next group's share for block b of this one (pf: its first byte, or null): the 8 rows
+// that follow are contiguous, so the block's 1 / nb of them.
+inline void prefetch_share(const uint8_t* pf, int64_t b, int64_t bytes_per_block) {
+  if (!pf) return;
+  for (int64_t off = b * bytes_per_block; off < (b + 1) * bytes_per_block; off += 64) prefetch_l2(pf + off);
+}
+
+template <DType T, int R>
+void tile_q32(const ActRows& a, int64_t i0, const uint8_t* w, int64_t rb, int64_t nb, const float* bias, float* y,
+              int64_t ldy, const uint8_t* pf) {
+  const __m256i ones = _mm256_set1_epi16(1), low4 = _mm256_set1_epi8(15);
+  const int64_t nbx = a.k / kQBlock;
+  __m256 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    prefetch_share(pf, b, 8 * block_bytes(T));
+    __m256i x[R], h[R][4];
+    for (int r = 0; r < R; ++r) x[r] = load256(a.q + (i0 + r) * a.k + b * kQBlock);
+#pragma GCC unroll 4
+    for (int n2 = 0; n2 < 4; ++n2) {
+      __m256i p[R][2];
+#pragma GCC unroll 2
+      for (int u = 0; u < 2; ++u) {
+        const uint8_t* blk = w + (2 * n2 + u) * rb + b * block_bytes(T);
+        if constexpr (T == DType::kQ8_0) {
+          const __m256i wv = load256(blk + 2);
+          const __m256i aw = _mm256_sign_epi8(wv, wv);  // |w| as unsigned bytes (-128 too)
+          for (int r = 0; r < R; ++r) p[r][u] = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(x[r], wv)), ones);
+        } else {
+          const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2));
+          const __m256i nib = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(v, 4), v), low4);  // elements 0..31, 0..15
+          for (int r = 0; r < R; ++r) p[r][u] = _mm256_madd_epi16(_mm256_maddubs_epi16(nib, x[r]), ones);
+        }
+      }
+      for (int r = 0; r < R; ++r) h[r][n2] = _mm256_hadd_epi32(p[r][0], p[r][1]);
+    }
+    const __m256 dw = f16x8(w + b * block_bytes(T), rb);
+    for (int r = 0; r < R; ++r) {
+      __m256i s = reduce_outputs(h[r][0], h[r][1], h[r][2], h[r][3]);
+      if constexpr (T == DType::kQ4_0)  // (nibble - 8) * x summed: subtract 8 * sum(x)
+        s = _mm256_sub_epi32(s, _mm256_set1_epi32(8 * a.s32[(i0 + r) * nbx + b]));
+      const __m256 scale = _mm256_mul_ps(dw, _mm256_set1_ps(a.d[(i0 + r) * nbx + b]));
+      acc[r] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(s), acc[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) store_outputs(acc[r], bias, y + (i0 + r) * ldy);
+}
+
+// Each dword (s, s) as two int16 from 8 int32 scales (for madd by a scale per sub-block).
+inline __m256i pair_words(__m256i s32) {
+  return _mm256_or_si256(_mm256_and_si256(s32, _mm256_set1_epi32(0xffff)), _mm256_slli_epi32(s32, 16));
+}
+
+// Q4_K: R rows from i0 times the 8 W rows at w, nb super-blocks.
+template <int R>
+void tile_q4k(const ActRows& a, int64_t i0, const uint8_t* w, int64_t rb, int64_t nb, const float* bias, float* y,
+              int64_t ldy, const uint8_t* pf) {
+  const __m256i low4 = _mm256_set1_epi8(15);
+  const int64_t nbx = a.k / kQKBlock;
+  __m256 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    prefetch_share(pf, b, 8 * kQ4KBlockBytes);
+    alignas(32) __m256i part[R][8];
+    alignas(32) int32_t mins[R][8];
+    for (int n = 0; n < 8; ++n) {
+      const uint8_t* blk = w + n * rb + b * kQ4KBlockBytes;
+      alignas(16) uint8_t sm[16];
+      q4k_scales_mins(blk, sm);
+      const __m256i sc = pair_words(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sm))));
+      const __m128i m16 = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sm + 8)));
+      __m256i s[R];
+      for (int r = 0; r < R; ++r) s[r] = _mm256_setzero_si256();
+#pragma GCC unroll 4
+      for (int c = 0; c < 4; ++c) {
+        const __m256i v = load256(blk + kQ4KQuantsAt + 32 * c);
+        const __m256i lo = _mm256_and_si256(v, low4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+        const __m256i slo = _mm256_permutevar8x32_epi32(sc, _mm256_set1_epi32(2 * c));
+        const __m256i shi = _mm256_permutevar8x32_epi32(sc, _mm256_set1_epi32(2 * c + 1));
+        for (int r = 0; r < R; ++r) {
+          const int8_t* x = a.q + (i0 + r) * a.k + b * kQKBlock + 64 * c;
+          s[r] = _mm256_add_epi32(s[r], _mm256_madd_epi16(_mm256_maddubs_epi16(lo, load256(x)), slo));
+          s[r] = _mm256_add_epi32(s[r], _mm256_madd_epi16(_mm256_maddubs_epi16(hi, load256(x + 32)), shi));
+        }
+      }
+      for (int r = 0; r < R; ++r) {
+        part[r][n] = s[r];
+        const __m128i xs = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a.s32 + (i0 + r) * (a.k / 32) + b * 8));
+        __m128i t = _mm_madd_epi16(m16, xs);
+        t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0x4e));
+        t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0xb1));
+        mins[r][n] = _mm_cvtsi128_si32(t);
+      }
+    }
+    const __m256 d = f16x8(w + b * kQ4KBlockBytes, rb), dmin = f16x8(w + b * kQ4KBlockBytes + 2, rb);
+    for (int r = 0; r < R; ++r) {
+      const __m256 dx = _mm256_set1_ps(a.d[(i0 + r) * nbx + b]);
+      const __m256 sa = _mm256_cvtepi32_ps(reduce_outputs(part[r]));
+      const __m256 sb = _mm256_cvtepi32_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(mins[r])));
+      acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(d, dx), sa, acc[r]);
+      acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(dmin, dx), _mm256_xor_ps(sb, _mm256_set1_ps(-0.0f)), acc[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) store_outputs(acc[r], bias, y + (i0 + r) * ldy);
+}
+
+// Q6_K: R rows from i0 times the 8 W rows at w, nb super-blocks.
+template <int R>
+void tile_q6k(const ActRows& a, int64_t i0, const uint8_t* w, int64_t rb, int64_t nb, const float* bias, float* y,
+              int64_t ldy, const uint8_t* pf) {
+  const __m256i low4 = _mm256_set1_epi8(15), low2 = _mm256_set1_epi8(3);
+  const int64_t nbx = a.k / kQKBlock;
+  __m256 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    prefetch_share(pf, b, 8 * kQ6KBlockBytes);
+    alignas(32) __m256i part[R][8];
+    for (int n = 0; n < 8; ++n) {
+      const uint8_t* blk = w + n * rb + b * kQ6KBlockBytes;
+      const __m128i sc8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + kQ6KScalesAt));
+      const __m256i sc_pairs[2] = {pair_words(_mm256_cvtepi8_epi32(sc8)),
+                                   pair_words(_mm256_cvtepi8_epi32(_mm_srli_si128(sc8, 8)))};
+      __m256i s[R];
+      for (int r = 0; r < R; ++r) s[r] = _mm256_setzero_si256();
+#pragma GCC unroll 2
+      for (int c = 0; c < 2; ++c) {
+        const __m256i qh = load256(blk + kQ6KHighAt + 32 * c);
+#pragma GCC unroll 4
+        for (int t = 0; t < 4; ++t) {
+          const __m256i ql = load256(blk + 64 * c + 32 * (t % 2));
+          const __m256i lo = _mm256_and_si256(t < 2 ? ql : _mm256_srli_epi16(ql, 4), low4);
+          const __m256i hi = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * t), low2), 4);
+          const __m256i q = _mm256_or_si256(lo, hi);  // 0..63, elements 128 c + 32 t + 0..31
+          const int g = 2 * t;                        // groups 8 c + g, 8 c + g + 1
+          const __m256i sv = _mm256_permutevar8x32_epi32(sc_pairs[c], _mm256_setr_epi32(g, g, g, g, g + 1, g + 1, g + 1, g + 1));
+          for (int r = 0; r < R; ++r) {
+            const int8_t* x = a.q + (i0 + r) * a.k + b * kQKBlock + 128 * c + 32 * t;
+            s[r] = _mm256_add_epi32(s[r], _mm256_madd_epi16(_mm256_maddubs_epi16(q, load256(x)), sv));
+          }
+        }
+      }
+      const __m256i sc16 = _mm256_cvtepi8_epi16(sc8);
+      for (int r = 0; r < R; ++r) {  // the -32 offset: minus 32 * sum_g sc_g * sum(x over g)
+        const __m256i xs = load256(a.s16 + (i0 + r) * (a.k / 16) + b * 16);
+        part[r][n] = _mm256_sub_epi32(s[r], _mm256_slli_epi32(_mm256_madd_epi16(sc16, xs), 5));
+      }
+    }
+    const __m256 d = f16x8(w + b * kQ6KBlockBytes + kQ6KDAt, rb);
+    for (int r = 0; r < R; ++r) {
+      const __m256 dx = _mm256_set1_ps(a.d[(i0 + r) * nbx + b]);
+      acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(reduce_outputs(part[r])), acc[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) store_outputs(acc[r], bias, y + (i0 + r) * ldy);
+}
+
+template <DType T, int R>
+void tile(const ActRows& a, int64_t i0, const uint8_t* w, int64_t rb, int64_t nb, const float* bias, float* y,
+          int64_t ldy, const uint8_t* pf) {
+  if constexpr (T == DType::kQ4_K) tile_q4k<R>(a, i0, w, rb, nb, bias, y, ldy, pf);
+  else if constexpr (T == DType::kQ6_K) tile_q6k<R>(a, i0, w, rb, nb, bias, y, ldy, pf);
+  else tile_q32<T, R>(a, i0, w, rb, nb, bias, y, ldy, pf);
+}
+
+// Rows [i0, i1) of x times the W rows [j, j + nr) at w; the first tile prefetches the next
+// group (pf, or null) into L2.
+template <DType T>
+void outputs(const ActRows& a, int64_t i0, int64_t i1, const uint8_t* w, int64_t nr, int64_t nb, const float* bias,
+             float* y, int64_t ldy, const uint8_t* pf) {
+  if (nr < 8) return outputs_ref<T>(a, i0, i1 - i0, w, nr, nb, bias, y, ldy);
+  const int64_t rb = nb * block_bytes(T);
+  for (int64_t i = i0; i < i1;) {
+    const int64_t r = std::min<int64_t>(kTileRows, i1 - i);
+    const uint8_t* p = i == i0 ? pf : nullptr;
+    if (r == 4) tile<T, 4>(a, i, w, rb, nb, bias, y, ldy, p);
+    else if (r == 3) tile<T, 3>(a, i, w, rb, nb, bias, y, ldy, p);
+    else if (r == 2) tile<T, 2>(a, i, w, rb, nb, bias, y, ldy, p);
+    else tile<T, 1>(a, i, w, rb, nb, bias, y, ldy, p);
+    i += r;
+  }
+}
+
+#else
+
+template <DType T>
+void outputs(const ActRows& a, int64_t i0, int64_t i1, const uint8_t* w, int64_t nr, int64_t nb, const float* bias,
+             float* y, int64_t ldy, const uint8_t*) {
+  outputs_ref<T>(a, i0, i1 - i0, w, nr, nb, bias, y, ldy);
+}
+
+#endif
+
+constexpr int64_t kOutGroup = 8;   // outputs per tile
+constexpr int64_t kRowBlock = 64;  // rows of x per pass over a thread's W rows (their q stay in L2)
+
+template <DType T>
+void linear_int8_typed(const float* x, int64_t m, const WeightView& w, const float* bias, float* y) {
+  const int64_t n = w.rows, k = w.cols, nb = k / block_elems(T);
+  const int64_t block = T == DType::kQ4_K || T == DType::kQ6_K ? kQKBlock : kQBlock;
+  // The quantized rows: one buffer per calling thread, grown, never shrunk.
+  thread_local std::vector<int64_t> storage;
+  const size_t q_bytes = static_cast<size_t>(m * k), d_bytes = static_cast<size_t>(m * (k / block)) * 4;
+  const size_t s16_bytes = static_cast<size_t>(m * (k / 16)) * 2, s32_bytes = static_cast<size_t>(m * (k / 32)) * 2;
+  const size_t total = q_bytes + d_bytes + s16_bytes + s32_bytes + 64;
+  if (storage.size() * 8 < total) storage.resize(total / 8 + 1);
+  uint8_t* base = reinterpret_cast<uint8_t*>(storage.data());
+  float* d = reinterpret_cast<float*>(base);
+  int16_t* s16 = reinterpret_cast<int16_t*>(base + d_bytes);
+  int16_t* s32 = reinterpret_cast<int16_t*>(base + d_bytes + s16_bytes);
+  int8_t* q = reinterpret_cast<int8_t*>(base + d_bytes + s16_bytes + s32_bytes);
+  const ActRows a{q, d, s16, s32, k, block};
+  const uint8_t* wb = static_cast<const uint8_t*>(w.data);
+  const int64_t rb = nb * block_bytes(T), groups = (n + kOutGroup - 1) / kOutGroup;
+#pragma omp parallel
+  {
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < m; ++i)
+      quantize_row(x + i * k, k, block, q + i * k, d + i * (k / block), s16 + i * (k / 16), s32 + i * (k / 32));
+    const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+    const int64_t g0 = groups * t / nt, g1 = groups * (t + 1) / nt;
+    for (int64_t i0 = 0; i0 < m; i0 += kRowBlock) {
+      const int64_t i1 = std::min(m, i0 + kRowBlock);
+      for (int64_t g = g0; g < g1; ++g) {
+        const int64_t j = g * kOutGroup, nr = std::min(kOutGroup, n - j);
+        const uint8_t* next = g + 1 < g1 && n - j >= 2 * kOutGroup ? wb + (j + kOutGroup) * rb : nullptr;
+        outputs<T>(a, i0, i1, wb + j * rb, nr, nb, bias ? bias + j : nullptr, y + j, n, next);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void linear_int8(const float* x, int64_t m, const WeightView& w, const float* bias, float* y) {
+  switch (w.dtype) {
+    case DType::kQ8_0: return linear_int8_typed<DType::kQ8_0>(x, m, w, bias, y);
+    case DType::kQ4_0: return linear_int8_typed<DType::kQ4_0>(x, m, w, bias, y);
+    case DType::kQ4_K: return linear_int8_typed<DType::kQ4_K>(x, m, w, bias, y);
+    case DType::kQ6_K: return linear_int8_typed<DType::kQ6_K>(x, m, w, bias, y);
+    default: fail("linear_int8: not a quantized weight type: ", dtype_name(w.dtype));
+  }
+}
+
+ASTRAI_KERNELS_END
