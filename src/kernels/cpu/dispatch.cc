@@ -127,7 +127,12 @@ const char* activations_name(Activations a) { return a == Activations::kQ8 ? "q8
 namespace {
 Activations initial_activations() {
   const char* env = std::getenv("ASTRAI_ACTIVATIONS");
-  return env && *env ? parse_activations(env) : kDefaultActivations;
+  if (!env || !*env) return kDefaultActivations;
+  try {
+    return parse_activations(env);
+  } catch (const Error& e) {
+    fail("ASTRAI_ACTIVATIONS: ", e.what());
+  }
 }
 std::atomic<int> g_activations{-1};
 }  // namespace
