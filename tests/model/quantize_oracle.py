@@ -200,10 +200,11 @@ def test_model(name, fmt, quants, qtype, tmp, lv, ggml=None, spec=None):
 # last bits between the two forwards, and where x * 127 / amax falls that close to a half-integer,
 # the two round it to neighbouring integers: a step of amax / 127 in one element, which moves the
 # logits by up to about 1e-2 relative after a few layers (measured: 1.3e-3 to 7e-3 on 3 of the 14
-# model/format pairs). Those runs must still be nearer the emulation than f32 activations are
-# (the q8 rounding itself moves these logits by 5e-3 to 1.6e-2): a layer quantized per the wrong
-# block, or not at all, lands at that distance.
-TOL_Q8_FLIPPED = 1e-2
+# model/format pairs). Those runs must still be clearly nearer the emulation than f32 activations
+# are (measured: at most 0.44 of that distance; the q8 rounding itself moves these logits by 5e-3
+# to 1.8e-2). Emulating the k-quants with blocks of 32 instead of 256 lands at 1.15-1.2 times it.
+TOL_Q8_FLIPPED = 2e-2
+FLIPPED_SHARE = 0.75
 
 
 def test_q8_activations(name, fmt, c, q, Wd, quantized, seqs, ref_f32, tmp, lv):
@@ -219,7 +220,7 @@ def test_q8_activations(name, fmt, c, q, Wd, quantized, seqs, ref_f32, tmp, lv):
     err = of.rel_err(ours.reshape(ref.shape), ref)
     err_f32 = of.rel_err(ours.reshape(ref.shape), ref_f32)
     exact = err < of.TOL
-    check(exact or (err < TOL_Q8_FLIPPED and err < err_f32 / 2),
+    check(exact or (err < TOL_Q8_FLIPPED and err < FLIPPED_SHARE * err_f32),
           "%s: q8 activations vs PyTorch emulating them: rel err %.2e (%s; %.2e from f32 activations)"
           % (name, err, "exact arithmetic" if exact else "rounding flips", err_f32))
 
