@@ -157,6 +157,17 @@ ModelConfig ModelConfig::from_json(const Json& j, const std::string& where) {
     if (method != "astrai" || c.weight_format.empty() || !is_block_type(weight_format_dtype_or_f32(c.weight_format)))
       fail(where, ": unsupported quantization_config ", q.dump(),
            " (supported: {\"quant_method\": \"astrai\", \"format\": \"q8_0\", \"q4_0\", \"q4_k\" or \"q6_k\"}, written by astrai quantize)");
+    if (q.contains("tensor_formats")) {
+      const Json& tf = q["tensor_formats"];
+      if (!tf.is_object()) fail(where, ": quantization_config.tensor_formats must be an object {tensor name: format}");
+      for (auto it = tf.begin(); it != tf.end(); ++it) {
+        const std::string f = it.value().is_string() ? it.value().get<std::string>() : "";
+        if (f != "f32" && !is_block_type(weight_format_dtype_or_f32(f)))
+          fail(where, ": quantization_config.tensor_formats[\"", it.key(), "\"] is ", it.value().dump(),
+               " (supported: \"q8_0\", \"q4_0\", \"q4_k\", \"q6_k\", \"f32\")");
+        c.tensor_formats[it.key()] = f;
+      }
+    }
   }
 
   const std::string act = json_optional<std::string>(j, "hidden_act", "silu", where);
@@ -299,6 +310,11 @@ DType ModelConfig::weight_format_dtype(const std::string& format) {
   return t;
 }
 
+DType ModelConfig::tensor_dtype(const std::string& name) const {
+  const auto it = tensor_formats.find(name);
+  return it == tensor_formats.end() ? weight_dtype() : weight_format_dtype_or_f32(it->second);
+}
+
 Json ModelConfig::to_json() const {
   Json j;
   j["model_type"] = model_type;
@@ -315,7 +331,10 @@ Json ModelConfig::to_json() const {
   j["rope_theta"] = rope_theta;
   j["tie_word_embeddings"] = tie_word_embeddings;
   j["hidden_act"] = "silu";
-  if (!weight_format.empty()) j["quantization_config"] = {{"quant_method", "astrai"}, {"format", weight_format}};
+  if (!weight_format.empty()) {
+    j["quantization_config"] = {{"quant_method", "astrai"}, {"format", weight_format}};
+    if (!tensor_formats.empty()) j["quantization_config"]["tensor_formats"] = tensor_formats;
+  }
   const bool own = model_type == "autoregressive_lm";
   if (model_type != "qwen2") j["attention_bias"] = qkv_bias;
   if (model_type == "llama" || own) j["mlp_bias"] = mlp_bias;
@@ -377,6 +396,7 @@ std::string ModelConfig::summary() const {
   if (gated_attention) o << ", gated attention";
   o << (tie_word_embeddings ? ", tied embeddings" : ", untied embeddings");
   if (!weight_format.empty()) o << ", " << weight_format << " weights";
+  for (const auto& [name, f] : tensor_formats) o << " (" << name << " " << f << ")";
   return o.str();
 }
 

@@ -4,6 +4,7 @@
 // and q4_0 and is an error for q4_k and q6_k. config.json names the format, so every command loads it.
 #pragma once
 
+#include <map>
 #include <string>
 
 #include "model/weights.h"
@@ -20,7 +21,10 @@ struct QuantizeReport {
 // Writes DIR/config.json (with "quantization_config") and DIR/model.safetensors (each
 // atomically) holding `weights` in `format` ("q8_0", "q4_0", "q4_k" or "q6_k"). The source may be f32, bf16,
 // f16, or already in the format (copied unchanged; another block type is dequantized first).
+// tensor_formats: matrices stored in another format (a block format or "f32"), by parameter
+// name (model.embed_tokens.weight, lm_head.weight, ...); recorded in config.json.
 QuantizeReport save_quantized_checkpoint(const std::string& dir, ModelConfig config, const ModelWeights& weights,
-                                         const std::string& format);
+                                         const std::string& format,
+                                         const std::map<std::string, std::string>& tensor_formats = {});
 
 }  // namespace astrai::model

@@ -82,7 +82,7 @@ ModelWeights ModelWeights::from_tensors(const ModelConfig& config, const TensorM
     }
     if (it == tensors.end()) fail(where, ": missing tensor \"", p.name, "\"");
     Tensor t = it->second;
-    const DType blocks = config.weight_dtype();  // kF32 for a float checkpoint
+    const DType blocks = config.tensor_dtype(p.name);  // kF32 for a float checkpoint
     const bool quantized = is_block_type(blocks);
     if (t.dtype() == DType::kU8 && quantized) t = block_matrix(t, blocks, p.shape, name, where);
     // A GGUF file's matrices carry their own block type, one per tensor (model/gguf_checkpoint.h).
@@ -207,6 +207,7 @@ void save_checkpoint(const std::string& dir, const ModelConfig& config, const Mo
   write_safetensors(dir + "/model.safetensors", out, Json{{"format", "pt"}});
   ModelConfig written = config;
   written.weight_format.clear();  // float tensors (quantized ones are widened by to(dtype))
+  written.tensor_formats.clear();
   write_file_atomic(dir + "/config.json", written.to_json().dump(2) + "\n");
 }
 

@@ -133,6 +133,26 @@ TEST(ModelConfig, ReferenceAliasesAndRoundTrip) {
   EXPECT_EQ(static_cast<float>(divided.back()), static_cast<float>(plain.back()) / 8.0f);
 }
 
+// Quantized checkpoints: the format, and matrices stored in another one (--embedding-type).
+TEST(ModelConfig, QuantizationConfigWithTensorFormats) {
+  Json j = llama_json();
+  j["quantization_config"] = Json{{"quant_method", "astrai"}, {"format", "q4_0"},
+                                  {"tensor_formats", {{"model.embed_tokens.weight", "q8_0"}, {"lm_head.weight", "f32"}}}};
+  const ModelConfig c = ModelConfig::from_json(j);
+  EXPECT_EQ(c.weight_dtype(), DType::kQ4_0);
+  EXPECT_EQ(c.tensor_dtype("model.embed_tokens.weight"), DType::kQ8_0);
+  EXPECT_EQ(c.tensor_dtype("lm_head.weight"), DType::kF32);
+  EXPECT_EQ(c.tensor_dtype("model.layers.0.mlp.up_proj.weight"), DType::kQ4_0);
+  EXPECT_EQ(ModelConfig::from_json(c.to_json()).to_json(), c.to_json());
+  EXPECT_NE(c.summary().find("model.embed_tokens.weight q8_0"), std::string::npos);
+  j["quantization_config"]["tensor_formats"]["lm_head.weight"] = "q5_k";
+  const std::string e = error_of([&] { ModelConfig::from_json(j, "x/config.json"); });
+  EXPECT_NE(e.find("x/config.json: quantization_config.tensor_formats[\"lm_head.weight\"] is \"q5_k\""), std::string::npos)
+      << e;
+  j["quantization_config"]["tensor_formats"] = "q8_0";
+  EXPECT_NE(error_of([&] { ModelConfig::from_json(j); }).find("must be an object"), std::string::npos);
+}
+
 TEST(ModelConfig, ErrorsNameTheProblem) {
   auto err = [](Json j) { return error_of([&] { ModelConfig::from_json(j, "x/config.json"); }); };
   Json j = llama_json();

@@ -225,6 +225,74 @@ def test_q8_activations(name, fmt, c, q, Wd, quantized, seqs, ref_f32, tmp, lv):
           % (name, err, "exact arithmetic" if exact else "rounding flips", err_f32))
 
 
+def test_embedding_type(name, fmt, emb, quants, qtypes, tmp, lv):
+    """`astrai quantize --type FMT --embedding-type EMB`: the token embedding and the output matrix in
+    EMB (gguf-py's bytes, or f32), every other matrix in FMT; config.json records it; the logits equal
+    those of an f32 checkpoint of the dequantized weights (f32 activations), and every level gives
+    the same bits with q8 activations."""
+    cfg_json, dtype, shards, ref_names = of.MODELS[name]
+    c = of.Cfg(cfg_json)
+    W = of.random_weights(c)
+    names = [n for n, _, _ in of.param_shapes(c)]
+    stored = lambda n: of.reference_name(n) if ref_names else n  # noqa: E731
+    src, q, deq = (os.path.join(tmp, "%s_emb_%s" % (name, s)) for s in ("src", emb, "deq"))
+    what = "%s --type %s --embedding-type %s" % (name, fmt, emb)
+    of.save_model(src, cfg_json, [(stored(n), W[n]) for n in names], dtype, shards)
+    r = of.run(["quantize", "--model", src, "--output", q, "--type", fmt, "--embedding-type", emb])
+    check("embedding and output matrices " + emb in r.stdout, "%s: reported: %s" % (what, r.stdout.strip()))
+    wide = {"model.embed_tokens.weight"} | (set() if c.tied else {"lm_head.weight"})
+    cfg = json.load(open(os.path.join(q, "config.json")))
+    check(cfg["quantization_config"] == {"quant_method": "astrai", "format": fmt,
+                                         "tensor_formats": {n: emb for n in wide}},
+          "%s: config.json records the embedding's format: %s" % (what, cfg["quantization_config"]))
+    raw = read_raw(os.path.join(q, "model.safetensors"))
+    same, deq_tensors = True, []
+    for n in names:
+        values = of.rounded(W[n], dtype).numpy().astype(np.float32)
+        dt, shape, b = raw[stored(n)]
+        f = emb if n in wide else fmt
+        if values.ndim == 2 and f != "f32":
+            want = quants.quantize(values, qtypes[f])
+            same &= dt == "U8" and b == want.tobytes()
+            values = quants.dequantize(want, qtypes[f]).reshape(values.shape)
+        else:
+            same &= dt == "F32" and b == values.tobytes()
+        deq_tensors.append((stored(n), torch.from_numpy(values)))
+    check(same, "%s: the embedding and output are gguf-py's %s bytes (or f32), the other matrices its %s"
+          % (what, emb, fmt))
+    of.save_model(deq, cfg_json, deq_tensors, "F32")
+    seqs = [[(7 * i + 3) % c.vocab for i in range(1, 20)], [(11 * i + 5) % c.vocab for i in range(1, 9)]]
+    want = score_at("auto", deq, seqs, tmp)
+    for level in lv:
+        got = score_at(level, q, seqs, tmp)
+        check(got.tobytes() == want.tobytes(), "%s (%s): logits == f32 logits of the dequantized weights" % (what, level))
+    want8 = score_at("generic", q, seqs, tmp, activations="q8")
+    for level in lv:
+        check(score_at(level, q, seqs, tmp, activations="q8").tobytes() == want8.tobytes(),
+              "%s (%s): q8 activations == generic, bit for bit" % (what, level))
+    r = of.run(["info", "--model", q])
+    check("model.embed_tokens.weight " + emb in r.stdout, "%s: info names the embedding's format" % what)
+
+
+def test_embedding_type_errors(tmp):
+    """--embedding-type q4_k where the embedding's rows are not whole super-blocks: an error naming
+    the matrix, nothing written; a bad tensor_formats entry in config.json: a clear error."""
+    src = os.path.join(tmp, "mistral_gqa8_f16_emb_src")  # hidden 128: not a multiple of 256
+    out = os.path.join(tmp, "emb_q4k_refused")
+    r = of.run(["quantize", "--model", src, "--output", out, "--type", "q4_0", "--embedding-type", "q4_k"],
+               expect_ok=False)
+    check(r.returncode != 0 and "model.embed_tokens.weight" in r.stderr and "super-blocks" in r.stderr
+          and not os.path.exists(out), "--embedding-type q4_k on 128-wide rows is refused, nothing written: %s"
+          % r.stderr.strip()[-160:])
+    q = os.path.join(tmp, "mistral_gqa8_f16_emb_q8_0")
+    cfg = json.load(open(os.path.join(q, "config.json")))
+    cfg["quantization_config"]["tensor_formats"]["model.embed_tokens.weight"] = "q5_k"
+    json.dump(cfg, open(os.path.join(q, "config.json"), "w"))
+    r = of.run(["score", "--model", q, "--ids", "1,2,3"], expect_ok=False)
+    check(r.returncode != 0 and "tensor_formats" in r.stderr and "q5_k" in r.stderr,
+          "an unknown tensor_formats entry is a clear error: %s" % r.stderr.strip()[-160:])
+
+
 def test_errors(src, q, tmp):
     r = of.run(["info", "--model", q], expect_ok=False)
     check(r.returncode == 0 and "q8_0" in r.stdout, "info names the q8_0 format")
@@ -373,6 +441,9 @@ def main():
         for fmt in GGML_FORMATS:
             test_k_errors(tmp, fmt)
         test_errors(*outs["q8_0"], tmp)
+        test_embedding_type("mistral_gqa8_f16", "q4_0", "q8_0", quants, qtypes, tmp, lv)
+        test_embedding_type("llama_mha_bias_tied_sharded", "q4_0", "f32", quants, qtypes, tmp, lv)
+        test_embedding_type_errors(tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return of.verdict()
