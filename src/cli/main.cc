@@ -42,7 +42,8 @@ int main(int argc, char** argv) {
   app.add_option("--activations", activations,
                  "What quantized weights (Q8_0, Q4_0, Q4_K, Q6_K) multiply: f32 (the activations as they are, each "
                  "weight widened exactly) or q8 (the activations rounded to 8 bits per block, integer dot products, "
-                 "as llama.cpp does, and faster); default: ASTRAI_ACTIVATIONS, else q8. Other weights are unaffected.")
+                 "as llama.cpp does; faster on x86-64); default: ASTRAI_ACTIVATIONS, else q8 on x86-64 and f32 on AArch64. "
+                 "Other weights are unaffected.")
       ->check(CLI::IsMember({"f32", "q8"}));
   app.fallthrough();
   app.parse_complete_callback([&cpu_isa, &activations] {

@@ -109,8 +109,15 @@ void select_isa(std::string_view name) {
 
 namespace {
 std::atomic<bool> g_batch_invariant{true};
-// q8 by default: faster on every shape measured (docs/performance.md, "Against llama.cpp").
+// By architecture, never by level (every level of one machine must give the same results):
+// x86-64 q8, faster on every shape measured (docs/performance.md, "Against llama.cpp"); AArch64
+// f32, where the integer path has no NEON kernel yet (neon runs its one-output-at-a-time
+// definition, slower than the widening kernels).
+#if defined(__x86_64__)
 constexpr Activations kDefaultActivations = Activations::kQ8;
+#else
+constexpr Activations kDefaultActivations = Activations::kF32;
+#endif
 }  // namespace
 
 void set_batch_invariant(bool on) { g_batch_invariant.store(on, std::memory_order_relaxed); }

@@ -19,7 +19,7 @@ bool batch_invariant();
 //         computes; kernels/cpu/linear_int8.h defines the arithmetic).
 // Both are batch-invariant and give the same bits on every CPU level; they differ from each
 // other by the activations' rounding. The first call reads ASTRAI_ACTIVATIONS (f32|q8); the
-// default is q8, the faster (docs/quantization.md).
+// default is q8 on x86-64 (the faster there), f32 on AArch64 (no NEON integer kernel yet).
 enum class Activations { kF32, kQ8 };
 void set_activations(Activations a);
 Activations activations();
