@@ -134,6 +134,13 @@ def greedy(d, seqs, tmp):
     return open(outp).read()
 
 
+def same_on_levels(what, q, seqs, tmp, lv, want, label, activations="f32"):
+    """`astrai score` of checkpoint q at every level in lv gives the bytes of `want`."""
+    for level in lv:
+        got = score_at(level, q, seqs, tmp, activations=activations)
+        check(got.tobytes() == want.tobytes(), "%s: %s (%s)" % (what, label, level))
+
+
 def test_model(name, fmt, quants, qtype, tmp, lv, ggml=None, spec=None):
     cfg_json, dtype, shards, ref_names = spec or of.MODELS[name]
     # Room for the generations (the dynamic-RoPE model's context is 16 in oracle_forward.py).
@@ -174,9 +181,7 @@ def test_model(name, fmt, quants, qtype, tmp, lv, ggml=None, spec=None):
 
     seqs = [[(7 * i + 3) % c.vocab for i in range(1, 30)], [(11 * i + 5) % c.vocab for i in range(1, 9)]]
     want = score_at("auto", deq, seqs, tmp)
-    for level in lv:
-        got = score_at(level, q, seqs, tmp)
-        check(got.tobytes() == want.tobytes(), "%s: logits (%s) == f32 logits of the dequantized weights" % (name, level))
+    same_on_levels(name, q, seqs, tmp, lv, want, "logits == f32 logits of the dequantized weights")
     chunked = score_at("auto", q, seqs, tmp, ["--chunk", "5", "--page-size", "4"])
     check(chunked.tobytes() == want.tobytes(), "%s: chunked paged prefill, bit-identical" % name)
     check(greedy(q, seqs, tmp) == greedy(deq, seqs, tmp), "%s: greedy tokens and log-probs identical" % name)
@@ -210,9 +215,7 @@ FLIPPED_SHARE = 0.75
 def test_q8_activations(name, fmt, c, q, Wd, quantized, seqs, ref_f32, tmp, lv):
     block = 256 if fmt in ("q4_k", "q6_k") else 32
     want = score_at("generic", q, seqs, tmp, activations="q8")
-    for level in lv:
-        got = score_at(level, q, seqs, tmp, activations="q8")
-        check(got.tobytes() == want.tobytes(), "%s: q8 activations (%s) == generic, bit for bit" % (name, level))
+    same_on_levels(name, q, seqs, tmp, lv, want, "q8 activations == generic, bit for bit", "q8")
     chunked = score_at("auto", q, seqs, tmp, ["--chunk", "5", "--page-size", "4"], activations="q8")
     check(chunked.tobytes() == want.tobytes(), "%s: q8 activations, chunked paged prefill, bit-identical" % name)
     ours = score_at("auto", q, [seqs[0]], tmp, activations="q8")
@@ -262,14 +265,10 @@ def test_embedding_type(name, fmt, emb, quants, qtypes, tmp, lv):
           % (what, emb, fmt))
     of.save_model(deq, cfg_json, deq_tensors, "F32")
     seqs = [[(7 * i + 3) % c.vocab for i in range(1, 20)], [(11 * i + 5) % c.vocab for i in range(1, 9)]]
-    want = score_at("auto", deq, seqs, tmp)
-    for level in lv:
-        got = score_at(level, q, seqs, tmp)
-        check(got.tobytes() == want.tobytes(), "%s (%s): logits == f32 logits of the dequantized weights" % (what, level))
-    want8 = score_at("generic", q, seqs, tmp, activations="q8")
-    for level in lv:
-        check(score_at(level, q, seqs, tmp, activations="q8").tobytes() == want8.tobytes(),
-              "%s (%s): q8 activations == generic, bit for bit" % (what, level))
+    same_on_levels(what, q, seqs, tmp, lv, score_at("auto", deq, seqs, tmp),
+                   "logits == f32 logits of the dequantized weights")
+    same_on_levels(what, q, seqs, tmp, lv, score_at("generic", q, seqs, tmp, activations="q8"),
+                   "q8 activations == generic, bit for bit", "q8")
     r = of.run(["info", "--model", q])
     check("model.embed_tokens.weight " + emb in r.stdout, "%s: info names the embedding's format" % what)
 
