@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "bench_probes.h"
+#include "kernels/cpu/gemm_mode.h"
 #include "kernels/cpu/matmul.h"
 #include "tensor/dtype.h"
 
@@ -114,8 +115,9 @@ int main(int argc, char** argv) {
     }
   }
 
-  std::printf("\n== decode GEMV: weight GB/s read (vs 2-thread copy %.1f GB/s, read %.1f GB/s) ==\n", bw[2].copy_gbs,
-              bw[2].read_gbs);
+  std::printf("\n== decode GEMV: weight GB/s read (vs 2-thread copy %.1f GB/s, read %.1f GB/s); quantized weights "
+              "times %s activations (ASTRAI_ACTIVATIONS) ==\n",
+              bw[2].copy_gbs, bw[2].read_gbs, kernels::activations_name(kernels::activations()));
   std::printf("%3s %6s %6s %5s %3s | %8s %8s %9s\n", "M", "N", "K", "dtype", "thr", "GB/s", "%copy", "Gweight/s");
   // ~200 MB of f32 weights per call so caches do not help: 4 x (25600 x 2048) stand-ins (Q8_0:
   // 53 MB, Q6_K 41 MB, Q4_0 and Q4_K 28 MB, still far larger than the caches).
