@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "base/error.h"
@@ -338,12 +339,220 @@ void tile(const ActRows& a, int64_t i0, const uint8_t* w, int64_t rb, int64_t nb
   else tile_q32<T, R>(a, i0, w, rb, nb, bias, y, ldy, pf);
 }
 
+// ---- Many rows (prefill): the group's weights interleaved by output, once per row block ----
+//
+// Row tiles that pass over one group of 8 W rows re-read its blocks; for many of them the group
+// is first rewritten, in a buffer that stays in L1/L2, as 8 steps of 32 bytes per block of 32
+// weights: step s holds weights 4s..4s+3 of output 0, then of output 1, ... of output 7. One
+// `maddubs` of a step against 4 activation bytes broadcast to every dword then yields, in int16
+// lanes 2n and 2n+1, output n's products: the sums land in the output's own lane, with no
+// horizontal reduction. Nibble products (at most 15 * 127 per byte pair) add up over a whole
+// block of 32 in int16 (16 * 15 * 127 = 30480 < 32767) before one `madd` widens them to int32.
+// The integers are the same exact sums, so the bits are those of every other path.
+
+constexpr int64_t kStepBytes = 32;                  // 8 outputs x 4 weights
+constexpr int64_t kBlockSteps = kQBlock / 4;        // steps per block of 32
+
+// The 8 x 8 dwords of v[0..8) transposed: out[s] dword n = v[n] dword s.
+inline void transpose8x8_epi32(const __m256i* v, __m256i* out) {
+  __m256i t[8], u[8];
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = _mm256_unpacklo_epi32(v[i], v[i + 1]);
+    t[i + 1] = _mm256_unpackhi_epi32(v[i], v[i + 1]);
+  }
+  for (int i = 0; i < 8; i += 4)
+    for (int h = 0; h < 2; ++h) {
+      u[i + h] = _mm256_unpacklo_epi64(t[i + h], t[i + 2 + h]);
+      u[i + 2 + h] = _mm256_unpackhi_epi64(t[i + h], t[i + 2 + h]);
+    }
+  // u[0]: dwords 0 of v0..v3 | dwords 4; u[2]: dwords 1; u[1]: dwords 2; u[3]: dwords 3 (same for u[4..7]).
+  const int order[4] = {0, 2, 1, 3};
+  for (int q = 0; q < 4; ++q) {
+    out[q] = _mm256_permute2x128_si256(u[order[q]], u[4 + order[q]], 0x20);
+    out[4 + q] = _mm256_permute2x128_si256(u[order[q]], u[4 + order[q]], 0x31);
+  }
+}
+
+// Q4_0: the 8 W rows at w (row stride rb, nb blocks) as nibble steps (kBlockSteps per block, in
+// `steps`) and their scales as f32 ([block][output], in `scales`).
+void interleave_q4_0(const uint8_t* w, int64_t rb, int64_t nb, uint8_t* steps, float* scales) {
+  const __m256i low4 = _mm256_set1_epi8(15);
+  for (int64_t b = 0; b < nb; ++b) {
+    __m256i nib[8], st[8];
+    for (int n = 0; n < 8; ++n) {
+      const uint8_t* blk = w + n * rb + b * kQ4BlockBytes;
+      const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2));
+      nib[n] = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(v, 4), v), low4);  // elements 0..31
+    }
+    transpose8x8_epi32(nib, st);
+    for (int q = 0; q < 8; ++q)
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(steps + (b * kBlockSteps + q) * kStepBytes), st[q]);
+    _mm256_storeu_ps(scales + b * 8, f16x8(w + b * kQ4BlockBytes, rb));
+  }
+}
+
+// Q4_0, interleaved: R rows from i0 times the group.
+template <int R>
+void tile_q4_0_steps(const ActRows& a, int64_t i0, const uint8_t* steps, const float* scales, int64_t nb,
+                     const float* bias, float* y, int64_t ldy) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  const int64_t nbx = a.k / kQBlock;
+  __m256 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    __m256i s16[R];
+    for (int r = 0; r < R; ++r) s16[r] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+    for (int q = 0; q < kBlockSteps; ++q) {
+      const __m256i wv = load256(steps + (b * kBlockSteps + q) * kStepBytes);
+      for (int r = 0; r < R; ++r) {
+        int32_t x4;
+        std::memcpy(&x4, a.q + (i0 + r) * a.k + b * kQBlock + 4 * q, 4);
+        s16[r] = _mm256_add_epi16(s16[r], _mm256_maddubs_epi16(wv, _mm256_set1_epi32(x4)));
+      }
+    }
+    const __m256 dw = _mm256_loadu_ps(scales + b * 8);
+    for (int r = 0; r < R; ++r) {
+      const __m256i s = _mm256_sub_epi32(_mm256_madd_epi16(s16[r], ones),
+                                         _mm256_set1_epi32(8 * a.s32[(i0 + r) * nbx + b]));
+      const __m256 scale = _mm256_mul_ps(dw, _mm256_set1_ps(a.d[(i0 + r) * nbx + b]));
+      acc[r] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(s), acc[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) store_outputs(acc[r], bias, y + (i0 + r) * ldy);
+}
+
+// Q4_K, per super-block of the group (kQ4KSteps bytes): for each sub-block j its 8 nibble steps,
+// then 8 int16 pairs (sc_j of output n in lanes 2n, 2n+1) per sub-block, then per pair of
+// sub-blocks (j, j + 1) the mins (m_j of output n in lane 2n, m_{j+1} in lane 2n + 1).
+// The f32 d and dmin of the 8 outputs go to `scales` ([super-block][d x 8, dmin x 8]).
+constexpr int64_t kQ4KSteps = 8 * kBlockSteps * kStepBytes + 8 * 32 + 4 * 32;
+
+void interleave_q4_k(const uint8_t* w, int64_t rb, int64_t nb, uint8_t* steps, float* scales) {
+  const __m256i low4 = _mm256_set1_epi8(15);
+  for (int64_t b = 0; b < nb; ++b) {
+    uint8_t* out = steps + b * kQ4KSteps;
+    alignas(32) int16_t sc[8][16], mins[4][16];
+    for (int c = 0; c < 4; ++c) {  // sub-blocks 2c (low nibbles) and 2c + 1 (high)
+      __m256i lo[8], hi[8], st[8];
+      for (int n = 0; n < 8; ++n) {
+        const __m256i v = load256(w + n * rb + b * kQ4KBlockBytes + kQ4KQuantsAt + 32 * c);
+        lo[n] = _mm256_and_si256(v, low4);
+        hi[n] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+      }
+      transpose8x8_epi32(lo, st);
+      for (int q = 0; q < 8; ++q)
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + ((2 * c) * kBlockSteps + q) * kStepBytes), st[q]);
+      transpose8x8_epi32(hi, st);
+      for (int q = 0; q < 8; ++q)
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + ((2 * c + 1) * kBlockSteps + q) * kStepBytes), st[q]);
+    }
+    for (int n = 0; n < 8; ++n) {
+      uint8_t sm[16];
+      q4k_scales_mins(w + n * rb + b * kQ4KBlockBytes, sm);
+      for (int j = 0; j < 8; ++j) sc[j][2 * n] = sc[j][2 * n + 1] = sm[j];
+      for (int j = 0; j < 8; j += 2) {
+        mins[j / 2][2 * n] = sm[8 + j];
+        mins[j / 2][2 * n + 1] = sm[8 + j + 1];
+      }
+    }
+    std::memcpy(out + 8 * kBlockSteps * kStepBytes, sc, sizeof sc);
+    std::memcpy(out + 8 * kBlockSteps * kStepBytes + sizeof sc, mins, sizeof mins);
+    _mm256_storeu_ps(scales + b * 16, f16x8(w + b * kQ4KBlockBytes, rb));
+    _mm256_storeu_ps(scales + b * 16 + 8, f16x8(w + b * kQ4KBlockBytes + 2, rb));
+  }
+}
+
+// Q4_K, interleaved: R rows from i0 times the group.
+template <int R>
+void tile_q4_k_steps(const ActRows& a, int64_t i0, const uint8_t* steps, const float* scales, int64_t nb,
+                     const float* bias, float* y, int64_t ldy) {
+  const int64_t nbx = a.k / kQKBlock;
+  __m256 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* blk = steps + b * kQ4KSteps;
+    __m256i sa[R];
+    for (int r = 0; r < R; ++r) sa[r] = _mm256_setzero_si256();
+    for (int j = 0; j < 8; ++j) {
+      __m256i s16[R];
+      for (int r = 0; r < R; ++r) s16[r] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+      for (int q = 0; q < kBlockSteps; ++q) {
+        const __m256i wv = load256(blk + (j * kBlockSteps + q) * kStepBytes);
+        for (int r = 0; r < R; ++r) {
+          int32_t x4;
+          std::memcpy(&x4, a.q + (i0 + r) * a.k + b * kQKBlock + 32 * j + 4 * q, 4);
+          s16[r] = _mm256_add_epi16(s16[r], _mm256_maddubs_epi16(wv, _mm256_set1_epi32(x4)));
+        }
+      }
+      const __m256i scv = load256(blk + 8 * kBlockSteps * kStepBytes + 32 * j);
+      for (int r = 0; r < R; ++r) sa[r] = _mm256_add_epi32(sa[r], _mm256_madd_epi16(s16[r], scv));
+    }
+    __m256i sb[R];
+    for (int r = 0; r < R; ++r) sb[r] = _mm256_setzero_si256();
+    for (int jp = 0; jp < 4; ++jp) {
+      const __m256i mv = load256(blk + 8 * kBlockSteps * kStepBytes + 8 * 32 + 32 * jp);
+      for (int r = 0; r < R; ++r) {
+        int32_t x2;  // the sums of q_x over sub-blocks 2jp and 2jp + 1, two int16
+        std::memcpy(&x2, a.s32 + (i0 + r) * (a.k / 32) + b * 8 + 2 * jp, 4);
+        sb[r] = _mm256_add_epi32(sb[r], _mm256_madd_epi16(mv, _mm256_set1_epi32(x2)));
+      }
+    }
+    const __m256 d = _mm256_loadu_ps(scales + b * 16), dmin = _mm256_loadu_ps(scales + b * 16 + 8);
+    for (int r = 0; r < R; ++r) {
+      const __m256 dx = _mm256_set1_ps(a.d[(i0 + r) * nbx + b]);
+      acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(sa[r]), acc[r]);
+      acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(dmin, dx),
+                               _mm256_xor_ps(_mm256_cvtepi32_ps(sb[r]), _mm256_set1_ps(-0.0f)), acc[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) store_outputs(acc[r], bias, y + (i0 + r) * ldy);
+}
+
+constexpr int kStepTileRows = 6;
+
+// Rows [i0, i1) of x times the 8 W rows at w through the interleaved copy (Q4_0, Q4_K).
+template <DType T>
+void outputs_steps(const ActRows& a, int64_t i0, int64_t i1, const uint8_t* w, int64_t nb, const float* bias,
+                   float* y, int64_t ldy) {
+  constexpr bool k4 = T == DType::kQ4_K;
+  const int64_t step_bytes = k4 ? nb * kQ4KSteps : nb * kBlockSteps * kStepBytes;
+  thread_local std::vector<uint8_t> steps;  // grown, never shrunk
+  thread_local std::vector<float> scales;
+  if (steps.size() < static_cast<size_t>(step_bytes)) steps.resize(static_cast<size_t>(step_bytes));
+  if (scales.size() < static_cast<size_t>(nb * 16)) scales.resize(static_cast<size_t>(nb * 16));
+  if constexpr (k4) interleave_q4_k(w, nb * kQ4KBlockBytes, nb, steps.data(), scales.data());
+  else interleave_q4_0(w, nb * kQ4BlockBytes, nb, steps.data(), scales.data());
+  const auto run = [&](auto rows, int64_t i) {
+    constexpr int kR = decltype(rows)::value;
+    if constexpr (k4) tile_q4_k_steps<kR>(a, i, steps.data(), scales.data(), nb, bias, y, ldy);
+    else tile_q4_0_steps<kR>(a, i, steps.data(), scales.data(), nb, bias, y, ldy);
+  };
+  constexpr int64_t kMax = k4 ? 4 : kStepTileRows;
+  for (int64_t i = i0; i < i1;) {
+    const int64_t r = std::min<int64_t>(kMax, i1 - i);
+    switch (r) {
+      case 6: run(std::integral_constant<int, 6>{}, i); break;
+      case 5: run(std::integral_constant<int, 5>{}, i); break;
+      case 4: run(std::integral_constant<int, 4>{}, i); break;
+      case 3: run(std::integral_constant<int, 3>{}, i); break;
+      case 2: run(std::integral_constant<int, 2>{}, i); break;
+      default: run(std::integral_constant<int, 1>{}, i); break;
+    }
+    i += r;
+  }
+}
+
 // Rows [i0, i1) of x times the W rows [j, j + nr) at w; the first tile prefetches the next
 // group (pf, or null) into L2.
 template <DType T>
 void outputs(const ActRows& a, int64_t i0, int64_t i1, const uint8_t* w, int64_t nr, int64_t nb, const float* bias,
              float* y, int64_t ldy, const uint8_t* pf) {
   if (nr < 8) return outputs_ref<T>(a, i0, i1 - i0, w, nr, nb, bias, y, ldy);
+  if constexpr (T == DType::kQ4_0 || T == DType::kQ4_K) {
+    if (i1 - i0 > kTileRows) return outputs_steps<T>(a, i0, i1, w, nb, bias, y, ldy);
+  }
   const int64_t rb = nb * block_bytes(T);
   for (int64_t i = i0; i < i1;) {
     const int64_t r = std::min<int64_t>(kTileRows, i1 - i);
