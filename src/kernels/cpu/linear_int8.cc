@@ -510,26 +510,115 @@ void tile_q4_k_steps(const ActRows& a, int64_t i0, const uint8_t* steps, const f
   for (int r = 0; r < R; ++r) store_outputs(acc[r], bias, y + (i0 + r) * ldy);
 }
 
+// Q6_K, per super-block of the group (kQ6KSteps bytes): its 64 steps of 6-bit values (element
+// order), then per group of 16 elements an int16 pair vector (sc_g of output n in lanes 2n, 2n+1),
+// then per pair of groups (g, g + 1) sc_g of output n in lane 2n and sc_{g+1} in 2n + 1 (for the
+// -32 offset). The f32 d of the 8 outputs go to `scales` ([super-block][d x 8]).
+constexpr int64_t kQ6KSteps = 64 * kStepBytes + 16 * 32 + 8 * 32;
+
+void interleave_q6_k(const uint8_t* w, int64_t rb, int64_t nb, uint8_t* steps, float* scales) {
+  const __m256i low4 = _mm256_set1_epi8(15), low2 = _mm256_set1_epi8(3);
+  for (int64_t b = 0; b < nb; ++b) {
+    uint8_t* out = steps + b * kQ6KSteps;
+    for (int c = 0; c < 2; ++c)
+      for (int t = 0; t < 4; ++t) {  // elements 128 c + 32 t + 0..31
+        __m256i q[8], st[8];
+        for (int n = 0; n < 8; ++n) {
+          const uint8_t* blk = w + n * rb + b * kQ6KBlockBytes;
+          const __m256i ql = load256(blk + 64 * c + 32 * (t % 2)), qh = load256(blk + kQ6KHighAt + 32 * c);
+          const __m256i lo = _mm256_and_si256(t < 2 ? ql : _mm256_srli_epi16(ql, 4), low4);
+          const __m256i hi = _mm256_slli_epi16(_mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * t)), low2), 4);
+          q[n] = _mm256_or_si256(lo, hi);
+        }
+        transpose8x8_epi32(q, st);
+        for (int k = 0; k < 8; ++k)
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + ((128 * c + 32 * t) / 4 + k) * kStepBytes), st[k]);
+      }
+    alignas(32) int16_t sc[16][16], pairs[8][16];
+    for (int n = 0; n < 8; ++n) {
+      const int8_t* s8 = reinterpret_cast<const int8_t*>(w + n * rb + b * kQ6KBlockBytes + kQ6KScalesAt);
+      for (int g = 0; g < 16; ++g) sc[g][2 * n] = sc[g][2 * n + 1] = s8[g];
+      for (int g = 0; g < 16; g += 2) {
+        pairs[g / 2][2 * n] = s8[g];
+        pairs[g / 2][2 * n + 1] = s8[g + 1];
+      }
+    }
+    std::memcpy(out + 64 * kStepBytes, sc, sizeof sc);
+    std::memcpy(out + 64 * kStepBytes + sizeof sc, pairs, sizeof pairs);
+    _mm256_storeu_ps(scales + b * 16, f16x8(w + b * kQ6KBlockBytes + kQ6KDAt, rb));
+  }
+}
+
+// Q6_K, interleaved: R rows from i0 times the group. Two steps of 6-bit products (at most
+// 63 * 127 per byte pair) add up in int16 (4 * 63 * 127 = 32004) before each `madd` by sc_g.
+template <int R>
+void tile_q6_k_steps(const ActRows& a, int64_t i0, const uint8_t* steps, const float* scales, int64_t nb,
+                     const float* bias, float* y, int64_t ldy) {
+  const int64_t nbx = a.k / kQKBlock;
+  __m256 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* blk = steps + b * kQ6KSteps;
+    __m256i sa[R];
+    for (int r = 0; r < R; ++r) sa[r] = _mm256_setzero_si256();
+    for (int g = 0; g < 16; ++g) {
+      const __m256i scv = load256(blk + 64 * kStepBytes + 32 * g);
+#pragma GCC unroll 2
+      for (int h = 0; h < 2; ++h) {
+        const int q0 = 4 * g + 2 * h;
+        const __m256i w0 = load256(blk + q0 * kStepBytes), w1 = load256(blk + (q0 + 1) * kStepBytes);
+        for (int r = 0; r < R; ++r) {
+          int32_t x0, x1;
+          const int8_t* x = a.q + (i0 + r) * a.k + b * kQKBlock + 4 * q0;
+          std::memcpy(&x0, x, 4);
+          std::memcpy(&x1, x + 4, 4);
+          const __m256i s16 = _mm256_add_epi16(_mm256_maddubs_epi16(w0, _mm256_set1_epi32(x0)),
+                                               _mm256_maddubs_epi16(w1, _mm256_set1_epi32(x1)));
+          sa[r] = _mm256_add_epi32(sa[r], _mm256_madd_epi16(s16, scv));
+        }
+      }
+    }
+    for (int r = 0; r < R; ++r) {  // the -32 offset: minus 32 * sum_g sc_g * sum(q_x over g)
+      __m256i off = _mm256_setzero_si256();
+      for (int gp = 0; gp < 8; ++gp) {
+        int32_t x2;
+        std::memcpy(&x2, a.s16 + (i0 + r) * (a.k / 16) + b * 16 + 2 * gp, 4);
+        off = _mm256_add_epi32(off, _mm256_madd_epi16(load256(blk + 64 * kStepBytes + 16 * 32 + 32 * gp),
+                                                      _mm256_set1_epi32(x2)));
+      }
+      sa[r] = _mm256_sub_epi32(sa[r], _mm256_slli_epi32(off, 5));
+    }
+    const __m256 d = _mm256_loadu_ps(scales + b * 16);
+    for (int r = 0; r < R; ++r) {
+      const __m256 dx = _mm256_set1_ps(a.d[(i0 + r) * nbx + b]);
+      acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(sa[r]), acc[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) store_outputs(acc[r], bias, y + (i0 + r) * ldy);
+}
+
 constexpr int kStepTileRows = 6;
 
-// Rows [i0, i1) of x times the 8 W rows at w through the interleaved copy (Q4_0, Q4_K).
+// Rows [i0, i1) of x times the 8 W rows at w through the interleaved copy (Q4_0, Q4_K, Q6_K).
 template <DType T>
 void outputs_steps(const ActRows& a, int64_t i0, int64_t i1, const uint8_t* w, int64_t nb, const float* bias,
                    float* y, int64_t ldy) {
-  constexpr bool k4 = T == DType::kQ4_K;
-  const int64_t step_bytes = k4 ? nb * kQ4KSteps : nb * kBlockSteps * kStepBytes;
+  constexpr bool k4 = T == DType::kQ4_K, k6 = T == DType::kQ6_K;
+  const int64_t step_bytes = k4 ? nb * kQ4KSteps : k6 ? nb * kQ6KSteps : nb * kBlockSteps * kStepBytes;
   thread_local std::vector<uint8_t> steps;  // grown, never shrunk
   thread_local std::vector<float> scales;
   if (steps.size() < static_cast<size_t>(step_bytes)) steps.resize(static_cast<size_t>(step_bytes));
   if (scales.size() < static_cast<size_t>(nb * 16)) scales.resize(static_cast<size_t>(nb * 16));
   if constexpr (k4) interleave_q4_k(w, nb * kQ4KBlockBytes, nb, steps.data(), scales.data());
+  else if constexpr (k6) interleave_q6_k(w, nb * kQ6KBlockBytes, nb, steps.data(), scales.data());
   else interleave_q4_0(w, nb * kQ4BlockBytes, nb, steps.data(), scales.data());
   const auto run = [&](auto rows, int64_t i) {
     constexpr int kR = decltype(rows)::value;
     if constexpr (k4) tile_q4_k_steps<kR>(a, i, steps.data(), scales.data(), nb, bias, y, ldy);
+    else if constexpr (k6) tile_q6_k_steps<kR>(a, i, steps.data(), scales.data(), nb, bias, y, ldy);
     else tile_q4_0_steps<kR>(a, i, steps.data(), scales.data(), nb, bias, y, ldy);
   };
-  constexpr int64_t kMax = k4 ? 4 : kStepTileRows;
+  constexpr int64_t kMax = k4 || k6 ? 4 : kStepTileRows;
   for (int64_t i = i0; i < i1;) {
     const int64_t r = std::min<int64_t>(kMax, i1 - i);
     switch (r) {
@@ -550,7 +639,7 @@ template <DType T>
 void outputs(const ActRows& a, int64_t i0, int64_t i1, const uint8_t* w, int64_t nr, int64_t nb, const float* bias,
              float* y, int64_t ldy, const uint8_t* pf) {
   if (nr < 8) return outputs_ref<T>(a, i0, i1 - i0, w, nr, nb, bias, y, ldy);
-  if constexpr (T == DType::kQ4_0 || T == DType::kQ4_K) {
+  if constexpr (T == DType::kQ4_0 || T == DType::kQ4_K || T == DType::kQ6_K) {
     if (i1 - i0 > kTileRows) return outputs_steps<T>(a, i0, i1, w, nb, bias, y, ldy);
   }
   const int64_t rb = nb * block_bytes(T);
