@@ -6,7 +6,9 @@
 // of x times 8 outputs: per weight block, 32 products per `maddubs` (Q8_0 through the sign trick,
 // the nibble formats directly as unsigned bytes), pairs summed by `madd` (times the sub-block
 // scale for the k-quants), and the 8 outputs' sums reduced together by `hadd` into one vector
-// whose lanes are the outputs, so the f32 chain of every output runs in its own lane.
+// whose lanes are the outputs, so the f32 chain of every output runs in its own lane. With more
+// rows than one tile, Q4_0, Q4_K and Q6_K groups are first interleaved by output in cache (see
+// "Many rows" below), which needs no reduction at all.
 #include "kernels/cpu/linear_int8.h"
 
 #include <omp.h>
