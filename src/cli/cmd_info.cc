@@ -11,6 +11,7 @@
 #include "cli/command.h"
 #include "kernels/cpu/blas_core.h"
 #include "kernels/cpu/dispatch.h"
+#include "kernels/cpu/gemm_mode.h"
 #include "model/transformer.h"
 
 namespace astrai::cli {
@@ -69,6 +70,7 @@ Json cpu_json() {
   j["levels_built"] = built;
   j["level"] = std::string(kernels::isa_name(kernels::active_isa()));
   j["blas_core"] = kernels::blas_core();
+  j["activations"] = kernels::activations_name(kernels::activations());
   return j;
 }
 
@@ -81,6 +83,8 @@ void print_cpu() {
               joined(j["levels_built"].get<std::vector<std::string>>()).c_str());
   std::printf("kernels:      %s\n", j["level"].get<std::string>().c_str());
   std::printf("blas:         OpenBLAS, %s kernels\n", j["blas_core"].get<std::string>().c_str());
+  std::printf("activations:  %s (what quantized weights multiply; --activations)\n",
+              j["activations"].get<std::string>().c_str());
 }
 
 void run_info(const InfoOptions& o) {

@@ -19,6 +19,7 @@ Usage: quantize_oracle.py   (ASTRAI_BIN names the binary, ASTRAI_ASSETS the asse
 """
 import json
 import os
+import platform
 import shutil
 import struct
 import subprocess
@@ -292,6 +293,27 @@ def test_embedding_type_errors(tmp):
           "an unknown tensor_formats entry is a clear error: %s" % r.stderr.strip()[-160:])
 
 
+def test_activations_option(q):
+    """The activations mode: its default (q8 on x86-64, f32 on AArch64), --activations and
+    ASTRAI_ACTIVATIONS as `astrai info` reports them, and bad values as clear errors."""
+    saved = os.environ.pop("ASTRAI_ACTIVATIONS")
+    try:
+        want = "q8" if platform.machine() in ("x86_64", "AMD64") else "f32"
+        got = json.loads(of.run(["info", "--json"]).stdout)["cpu"]["activations"]
+        check(got == want, "default activations on %s: %s (want %s)" % (platform.machine(), got, want))
+        got = json.loads(of.run(["--activations", "f32", "info", "--json"]).stdout)["cpu"]["activations"]
+        check(got == "f32", "--activations f32 is what info reports: %s" % got)
+        os.environ["ASTRAI_ACTIVATIONS"] = "int8"
+        r = of.run(["score", "--model", q, "--ids", "1,2,3"], expect_ok=False)
+        check(r.returncode != 0 and "ASTRAI_ACTIVATIONS" in r.stderr and "int8" in r.stderr,
+              "a bad ASTRAI_ACTIVATIONS is a clear error: %s" % r.stderr.strip()[-120:])
+        r = of.run(["--activations", "int8", "info"], expect_ok=False)
+        check(r.returncode != 0 and "int8" in r.stderr, "a bad --activations is a clear error: %s"
+              % r.stderr.strip()[-120:])
+    finally:
+        os.environ["ASTRAI_ACTIVATIONS"] = saved
+
+
 def test_errors(src, q, tmp):
     r = of.run(["info", "--model", q], expect_ok=False)
     check(r.returncode == 0 and "q8_0" in r.stdout, "info names the q8_0 format")
@@ -440,6 +462,7 @@ def main():
         for fmt in GGML_FORMATS:
             test_k_errors(tmp, fmt)
         test_errors(*outs["q8_0"], tmp)
+        test_activations_option(outs["q8_0"][1])
         test_embedding_type("mistral_gqa8_f16", "q4_0", "q8_0", quants, qtypes, tmp, lv)
         test_embedding_type("llama_mha_bias_tied_sharded", "q4_0", "f32", quants, qtypes, tmp, lv)
         test_embedding_type_errors(tmp)
