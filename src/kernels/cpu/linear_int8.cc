@@ -22,7 +22,6 @@
 #include <vector>
 
 #include "base/error.h"
-#include "kernels/cpu/level_table.h"
 #include "kernels/cpu/simd.h"
 
 ASTRAI_KERNELS_BEGIN
