@@ -174,28 +174,24 @@ def compare_gguf(ours, theirs, gguf):
             "only_ours": sorted(set(a) - set(b)), "only_llama": sorted(set(b) - set(a))}
 
 
+# llama-perplexity's log lines: (pattern, the keys its groups fill), first match wins per key.
+PERPLEXITY_LINES = [
+    (r"Mean PPL\(Q\)\s*:\s*([\d.]+)\s*±\s*([\d.]+)", ("ppl", "ppl_err")),
+    (r"Final estimate: PPL = ([\d.]+) \+/- ([\d.]+)", ("ppl", "ppl_err")),
+    (r"Mean\s+KLD:\s*([-\d.e]+)\s*±\s*([\d.e-]+)", ("kld", "kld_err")),
+    (r"99\.0%\s+KLD:\s*([-\d.e]+)", ("kld_p99",)),
+    (r"Same top p:\s*([\d.]+)\s*±\s*([\d.]+)", ("same_top", "same_top_err")),
+    (r"Mean ln\(PPL\(Q\)/PPL\(base\)\)\s*:\s*([-\d.]+)", ("ln_ppl_ratio",)),
+]
+
+
 def parse_perplexity(text, kl=False, fatal=True):
     """PPL, mean KL, same-top % (and their ± where printed) from llama-perplexity's log."""
     res = {}
-    m = re.search(r"Mean PPL\(Q\)\s*:\s*([\d.]+)\s*±\s*([\d.]+)", text)
-    if m:
-        res["ppl"], res["ppl_err"] = float(m[1]), float(m[2])
-    else:
-        m = re.search(r"Final estimate: PPL = ([\d.]+) \+/- ([\d.]+)", text)
-        if m:
-            res["ppl"], res["ppl_err"] = float(m[1]), float(m[2])
-    m = re.search(r"Mean\s+KLD:\s*([-\d.e]+)\s*±\s*([\d.e-]+)", text)
-    if m:
-        res["kld"], res["kld_err"] = float(m[1]), float(m[2])
-    m = re.search(r"99\.0%\s+KLD:\s*([-\d.e]+)", text)
-    if m:
-        res["kld_p99"] = float(m[1])
-    m = re.search(r"Same top p:\s*([\d.]+)\s*±\s*([\d.]+)", text)
-    if m:
-        res["same_top"], res["same_top_err"] = float(m[1]), float(m[2])
-    m = re.search(r"Mean ln\(PPL\(Q\)/PPL\(base\)\)\s*:\s*([-\d.]+)", text)
-    if m:
-        res["ln_ppl_ratio"] = float(m[1])
+    for pattern, keys in PERPLEXITY_LINES:
+        m = re.search(pattern, text)
+        if m and keys[0] not in res:
+            res.update((k, float(v)) for k, v in zip(keys, m.groups()))
     m = re.search(r"calculating perplexity over (\d+) chunks|computing over (\d+) chunks", text)
     if m:
         res["chunks"] = int(m[1] or m[2])

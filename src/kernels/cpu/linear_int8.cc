@@ -152,6 +152,12 @@ void outputs_ref(const ActRows& a, int64_t i0, int64_t rows, const uint8_t* w, i
 constexpr int kTileRows = 4;
 
 inline __m256i load256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+// The 4 bytes at p in every dword.
+inline __m256i broadcast4(const void* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm256_set1_epi32(v);
+}
 
 // Lane n of the result = the sum of the 8 lanes of h..., given h01 = hadd(p0, p1), h23, h45, h67.
 inline __m256i reduce_outputs(__m256i h01, __m256i h23, __m256i h45, __m256i h67) {
@@ -407,9 +413,8 @@ void tile_q4_0_steps(const ActRows& a, int64_t i0, const uint8_t* steps, const f
     for (int q = 0; q < kBlockSteps; ++q) {
       const __m256i wv = load256(steps + (b * kBlockSteps + q) * kStepBytes);
       for (int r = 0; r < R; ++r) {
-        int32_t x4;
-        std::memcpy(&x4, a.q + (i0 + r) * a.k + b * kQBlock + 4 * q, 4);
-        s16[r] = _mm256_add_epi16(s16[r], _mm256_maddubs_epi16(wv, _mm256_set1_epi32(x4)));
+        const int8_t* x = a.q + (i0 + r) * a.k + b * kQBlock + 4 * q;
+        s16[r] = _mm256_add_epi16(s16[r], _mm256_maddubs_epi16(wv, broadcast4(x)));
       }
     }
     const __m256 dw = _mm256_loadu_ps(scales + b * 8);
@@ -482,9 +487,8 @@ void tile_q4_k_steps(const ActRows& a, int64_t i0, const uint8_t* steps, const f
       for (int q = 0; q < kBlockSteps; ++q) {
         const __m256i wv = load256(blk + (j * kBlockSteps + q) * kStepBytes);
         for (int r = 0; r < R; ++r) {
-          int32_t x4;
-          std::memcpy(&x4, a.q + (i0 + r) * a.k + b * kQKBlock + 32 * j + 4 * q, 4);
-          s16[r] = _mm256_add_epi16(s16[r], _mm256_maddubs_epi16(wv, _mm256_set1_epi32(x4)));
+          const int8_t* x = a.q + (i0 + r) * a.k + b * kQKBlock + 32 * j + 4 * q;
+          s16[r] = _mm256_add_epi16(s16[r], _mm256_maddubs_epi16(wv, broadcast4(x)));
         }
       }
       const __m256i scv = load256(blk + 8 * kBlockSteps * kStepBytes + 32 * j);
@@ -494,10 +498,9 @@ void tile_q4_k_steps(const ActRows& a, int64_t i0, const uint8_t* steps, const f
     for (int r = 0; r < R; ++r) sb[r] = _mm256_setzero_si256();
     for (int jp = 0; jp < 4; ++jp) {
       const __m256i mv = load256(blk + 8 * kBlockSteps * kStepBytes + 8 * 32 + 32 * jp);
-      for (int r = 0; r < R; ++r) {
-        int32_t x2;  // the sums of q_x over sub-blocks 2jp and 2jp + 1, two int16
-        std::memcpy(&x2, a.s32 + (i0 + r) * (a.k / 32) + b * 8 + 2 * jp, 4);
-        sb[r] = _mm256_add_epi32(sb[r], _mm256_madd_epi16(mv, _mm256_set1_epi32(x2)));
+      for (int r = 0; r < R; ++r) {  // the sums of q_x over sub-blocks 2jp and 2jp + 1, two int16
+        const int16_t* xs = a.s32 + (i0 + r) * (a.k / 32) + b * 8 + 2 * jp;
+        sb[r] = _mm256_add_epi32(sb[r], _mm256_madd_epi16(mv, broadcast4(xs)));
       }
     }
     const __m256 d = _mm256_loadu_ps(scales + b * 16), dmin = _mm256_loadu_ps(scales + b * 16 + 8);
@@ -569,12 +572,9 @@ void tile_q6_k_steps(const ActRows& a, int64_t i0, const uint8_t* steps, const f
         const int q0 = 4 * g + 2 * h;
         const __m256i w0 = load256(blk + q0 * kStepBytes), w1 = load256(blk + (q0 + 1) * kStepBytes);
         for (int r = 0; r < R; ++r) {
-          int32_t x0, x1;
           const int8_t* x = a.q + (i0 + r) * a.k + b * kQKBlock + 4 * q0;
-          std::memcpy(&x0, x, 4);
-          std::memcpy(&x1, x + 4, 4);
-          const __m256i s16 = _mm256_add_epi16(_mm256_maddubs_epi16(w0, _mm256_set1_epi32(x0)),
-                                               _mm256_maddubs_epi16(w1, _mm256_set1_epi32(x1)));
+          const __m256i s16 = _mm256_add_epi16(_mm256_maddubs_epi16(w0, broadcast4(x)),
+                                               _mm256_maddubs_epi16(w1, broadcast4(x + 4)));
           sa[r] = _mm256_add_epi32(sa[r], _mm256_madd_epi16(s16, scv));
         }
       }
@@ -582,10 +582,9 @@ void tile_q6_k_steps(const ActRows& a, int64_t i0, const uint8_t* steps, const f
     for (int r = 0; r < R; ++r) {  // the -32 offset: minus 32 * sum_g sc_g * sum(q_x over g)
       __m256i off = _mm256_setzero_si256();
       for (int gp = 0; gp < 8; ++gp) {
-        int32_t x2;
-        std::memcpy(&x2, a.s16 + (i0 + r) * (a.k / 16) + b * 16 + 2 * gp, 4);
-        off = _mm256_add_epi32(off, _mm256_madd_epi16(load256(blk + 64 * kStepBytes + 16 * 32 + 32 * gp),
-                                                      _mm256_set1_epi32(x2)));
+        const int16_t* xs = a.s16 + (i0 + r) * (a.k / 16) + b * 16 + 2 * gp;
+        const __m256i pairs = load256(blk + 64 * kStepBytes + 16 * 32 + 32 * gp);
+        off = _mm256_add_epi32(off, _mm256_madd_epi16(pairs, broadcast4(xs)));
       }
       sa[r] = _mm256_sub_epi32(sa[r], _mm256_slli_epi32(off, 5));
     }
