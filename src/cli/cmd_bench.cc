@@ -176,6 +176,7 @@ struct RunStats {
   double overhead_share = 0;   // scheduling + sampling / step (whole run)
   double attention_share = 0;  // attention / forward time over the decode phase (in-step profile)
   model::ForwardProfile decode_profile;  // per-operation forward time over the decode phase
+  model::ForwardProfile run_profile;     // per-operation forward time over the whole run
   double forward_ms = 0;        // mean forward pass of a decode-phase engine step
   double mean_ttft = 0, total_seconds = 0;
   uint64_t cache_hits = 0;
@@ -243,6 +244,7 @@ RunStats run_batch(const std::shared_ptr<const model::Transformer>& m, int batch
   s.mean_ttft = ttft / batch;
   const auto st = engine.stats();
   s.cache_hits = st.prefix_cache_hit_tokens;
+  s.run_profile = st.forward_profile;
   const double step_total = st.schedule_seconds + st.forward_seconds + st.sample_seconds;
   s.overhead_share = step_total > 0 ? (st.schedule_seconds + st.sample_seconds) / step_total : 0;
   if (closed && at_close.steps > at_open.steps) {
@@ -328,6 +330,7 @@ struct PrefillFlags {
   std::vector<int> batches = {1};
   std::string kv_dtype = "auto";
   bool json = false;
+  bool profile = false;
 };
 
 void run_prefill(const PrefillFlags& f) {
@@ -354,6 +357,7 @@ void run_prefill(const PrefillFlags& f) {
     const double tps = double(b) * f.prompt / best.total_seconds;
     std::printf("batch %2d x %d tokens: %8.1f prompt tok/s  (%.3f s; mean time to first token %.3f s; best of %d)\n", b,
                 f.prompt, tps, best.total_seconds, best.mean_ttft, f.repeat);
+    if (f.profile) std::printf("%s", best.run_profile.table().c_str());
     report["batches"].push_back({{"batch", b}, {"tokens_per_s", tps}, {"seconds", best.total_seconds},
                                  {"mean_ttft", best.mean_ttft}});
   }
@@ -400,6 +404,7 @@ void setup_bench(CLI::App& app) {
   fill->add_option("--repeat", pf->repeat, "Runs per batch size; the fastest is reported")->check(CLI::PositiveNumber);
   add_kv_dtype_option(fill, &pf->kv_dtype);
   fill->add_flag("--json", pf->json, "Also print a JSON report");
+  fill->add_flag("--profile", pf->profile, "Print where the fastest run's forward time goes, per operation");
   fill->callback([pf] { run_prefill(*pf); });
   auto p = std::make_shared<PrefixFlags>();
   auto* pre = bench->add_subcommand("prefix", "Shared-prefix workload, prefix cache on vs off");

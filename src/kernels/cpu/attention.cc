@@ -31,6 +31,7 @@ constexpr int64_t kChunk = 64;
 // rows stay in registers:
 //   v4: 8 (2 x 8 x R zmm; R = 3 up to 4 Vec16s, 2 up to 7, else 1);
 //   v3 and neon: 3 for one row (12 ymm / 24 q); generic: 8, one row.
+// v3 prefill blocks go by parts of 8 dims instead (pv_span_parts below).
 #if defined(ASTRAI_ISA_V4)
 constexpr int64_t kPvMaxNv = 8;
 constexpr int pv_rows(int64_t nv) { return 2 * nv * 3 + 4 <= 32 ? 3 : 2 * nv * 2 + 4 <= 32 ? 2 : 1; }
@@ -115,6 +116,67 @@ PvSpanFn<E> pv_span_fn(int64_t nv, int64_t rows) {
     default: return pv_span_for<8, E>(rows);
   }
 }
+
+#if defined(ASTRAI_ISA_V3)
+// v3, v_dim a multiple of 8, work items of 4 or more rows: the V pass by parts (8 dims, one
+// ymm): each dim's lane is an independent chain, so R = 2 rows x P <= 3 parts (12 ymm
+// accumulators, even and odd sets) share each V load and each broadcast weight. Same
+// operations per lane as pv_span.
+constexpr int64_t kPartRows = 2, kPartMax = 3;
+
+template <int P, int R, typename E>
+inline void pv_key_parts(const float* const* p, int64_t i, const E* row, __m256 (*acc)[P]) {
+  __m256 pv[R];
+#pragma GCC unroll 2
+  for (int r = 0; r < R; ++r) pv[r] = _mm256_broadcast_ss(p[r] + i);
+#pragma GCC unroll 3
+  for (int j = 0; j < P; ++j) {
+    __m256 v = pload_elem(row + 8 * j, 0);
+    if constexpr (R > 1) asm("" : "+x"(v));  // one load for the R FMAs (GCC would fold it into each of them)
+#pragma GCC unroll 2
+    for (int r = 0; r < R; ++r) acc[r][j] = _mm256_fmadd_ps(pv[r], v, acc[r][j]);
+  }
+}
+
+template <int P, int R, typename E>
+void pv_span_parts(const float* const* p, int64_t p0, int64_t n, const E* vr, int64_t stride, float* const* acc,
+                   int64_t odd) {
+  __m256 even[R][P], odds[R][P];
+#pragma GCC unroll 2
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 3
+    for (int j = 0; j < P; ++j) {
+      even[r][j] = _mm256_loadu_ps(acc[r] + 8 * j);
+      odds[r][j] = _mm256_loadu_ps(acc[r] + odd + 8 * j);
+    }
+  int64_t i = 0;
+  if (n > 0 && (p0 & 1)) {
+    pv_key_parts<P, R, E>(p, 0, vr, odds);
+    i = 1;
+  }
+  for (; i + 1 < n; i += 2) {
+    pv_key_parts<P, R, E>(p, i, vr + i * stride, even);
+    pv_key_parts<P, R, E>(p, i + 1, vr + (i + 1) * stride, odds);
+  }
+  if (i < n) pv_key_parts<P, R, E>(p, i, vr + i * stride, even);
+#pragma GCC unroll 2
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 3
+    for (int j = 0; j < P; ++j) {
+      _mm256_storeu_ps(acc[r] + 8 * j, even[r][j]);
+      _mm256_storeu_ps(acc[r] + odd + 8 * j, odds[r][j]);
+    }
+}
+
+template <typename E>
+using PvPartsFn = void (*)(const float* const*, int64_t, int64_t, const E*, int64_t, float* const*, int64_t);
+
+template <typename E>
+PvPartsFn<E> pv_parts_fn(int64_t parts, int64_t rows) {
+  if (rows >= 2) return parts == 1 ? &pv_span_parts<1, 2, E> : parts == 2 ? &pv_span_parts<2, 2, E> : &pv_span_parts<3, 2, E>;
+  return parts == 1 ? &pv_span_parts<1, 1, E> : parts == 2 ? &pv_span_parts<2, 1, E> : &pv_span_parts<3, 1, E>;
+}
+#endif
 
 // out[0, v_dim) = (even + odd sets of acc) * inv.
 inline void pv_finish(const float* acc, int64_t v_dim, float inv, float* out) {
@@ -227,7 +289,14 @@ void attend_block(const float* q, const KvSource& kv, const AttentionSeq& s, int
   const int64_t nv = (d.v_dim + 15) / 16;
   // The V-pass kernels for 1..row_group rows of a chunk of dims, chosen once per work item.
   const int64_t chunk_nv = std::min(nv, kPvMaxNv);
+#if defined(ASTRAI_ISA_V3)
+  // Measured: parts pay for prefill blocks; 3-row decode items (GQA 3) do as well or better
+  // with one row over 3 + 1 Vec16s.
+  const bool by_parts = d.v_dim % 8 == 0 && rows >= 4;
+  const int64_t row_group = by_parts ? kPartRows : pv_rows(chunk_nv);
+#else
   const int64_t row_group = pv_rows(chunk_nv);
+#endif
   PvSpanFn<E> span[4][2] = {};  // [rows][0: a full chunk, 1: the last chunk]
   const int64_t last_nv = nv - (nv - 1) / kPvMaxNv * kPvMaxNv;  // Vec16s in the last chunk
   for (int64_t r = 1; r <= row_group; ++r) {
@@ -238,6 +307,17 @@ void attend_block(const float* q, const KvSource& kv, const AttentionSeq& s, int
   // acc[r] + 16 * j0 for the chunk of dims starting at Vec16 j0; its odd set is 16 * nv further.
   const auto v_pass = [&](int64_t nr, const float* const* p, int64_t p0, int64_t n, const E* vr, int64_t vs,
                           float* const* a) {
+#if defined(ASTRAI_ISA_V3)
+    if (by_parts) {
+      const int64_t parts = d.v_dim / 8;
+      for (int64_t j0 = 0; j0 < parts; j0 += kPartMax) {
+        float* aj[2];
+        for (int64_t i = 0; i < nr; ++i) aj[i] = a[i] + 8 * j0;
+        pv_parts_fn<E>(std::min(kPartMax, parts - j0), nr)(p, p0, n, vr + 8 * j0, vs, aj, 16 * nv);
+      }
+      return;
+    }
+#endif
     for (int64_t j0 = 0; j0 < nv; j0 += kPvMaxNv) {
       const bool last = j0 + kPvMaxNv >= nv;
       float* aj[3];

@@ -3,7 +3,9 @@
 // partial sums by fused multiply-adds over dim, the tail zero-padded, the fixed tree), then
 // times the scale. Tiles of R query rows x NK keys share each load; the shape is per level:
 //   v4: up to 3 rows x 8 keys (24 zmm accumulators), the 8 sums of a row reduced together;
-//   v3 and neon: 2 rows x 2 keys or 1 row x 4 keys (8 ymm / 16 q accumulators);
+//   v3: dims a multiple of 16: 2 rows x 4 keys or 1 row x 8 keys, a part (8 lanes) at a time
+//     (8 ymm accumulators), the 8 sums reduced together; other dims as neon;
+//   neon: 2 rows x 2 keys or 1 row x 4 keys (16 q accumulators);
 //   generic: one score at a time.
 #pragma once
 
@@ -75,6 +77,79 @@ inline void qk_tile(const float* const* q, const E* const* k, int64_t dim, float
       if (c < nk) s[r][c] = vsum(acc[r][c]) * scale;
 }
 
+#if defined(ASTRAI_ISA_V3)
+inline __m256 pload_elem(const float* p, int h) { return pload(p, h); }
+inline __m256 pload_elem(const uint16_t* p, int h) { return pload_bf16(p, h); }
+
+// v3, dim a multiple of 16: R (1 or 2) query rows x 8 / R keys, s[r][c] for c < nk. The 8
+// partial-sum vectors of lanes 0-7 (part 0) are formed first and parked in L1, then those of
+// lanes 8-15 (part 1), so only 8 accumulators are live; each lane's FMAs run in the contract's
+// order. Lane i + lane i+8 (the tree's first step), then reduce8_halves.
+template <int R, typename E>
+inline void qk_tile_halves(const float* const* q, const E* const* k, int64_t dim, float scale, int64_t nk,
+                           float* const* s) {
+  constexpr int NK = 8 / R;
+  alignas(32) float parked[8][8];
+  __m256 acc[8];
+#pragma GCC unroll 2
+  for (int h = 0; h < 2; ++h) {
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; ++i) acc[i] = _mm256_setzero_ps();
+    for (int64_t d0 = 0; d0 < dim; d0 += kLanes) {
+      __m256 qv[R];
+#pragma GCC unroll 2
+      for (int r = 0; r < R; ++r) qv[r] = pload(q[r] + d0, h);
+#pragma GCC unroll 8
+      for (int c = 0; c < NK; ++c) {
+        __m256 kv = pload_elem(k[c] + d0, h);
+        asm("" : "+x"(kv));  // one load for the R FMAs (GCC would fold it into each of them)
+#pragma GCC unroll 2
+        for (int r = 0; r < R; ++r) acc[r * NK + c] = _mm256_fmadd_ps(qv[r], kv, acc[r * NK + c]);
+      }
+    }
+    if (h == 0) {
+#pragma GCC unroll 8
+      for (int i = 0; i < 8; ++i) _mm256_store_ps(parked[i], acc[i]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; ++i) acc[i] = _mm256_add_ps(_mm256_load_ps(parked[i]), acc[i]);
+  const __m256 sums = _mm256_mul_ps(reduce8_halves(acc[0], acc[1], acc[2], acc[3], acc[4], acc[5], acc[6], acc[7]),
+                                    _mm256_set1_ps(scale));
+  if (nk == NK) {
+    if constexpr (R == 2) {
+      _mm_storeu_ps(s[0], _mm256_castps256_ps128(sums));
+      _mm_storeu_ps(s[1], _mm256_extractf128_ps(sums, 1));
+    } else {
+      _mm256_storeu_ps(s[0], sums);
+    }
+    return;
+  }
+  alignas(32) float out[8];
+  _mm256_store_ps(out, sums);
+#pragma GCC unroll 2
+  for (int r = 0; r < R; ++r)
+    for (int64_t c = 0; c < nk; ++c) s[r][c] = out[r * NK + c];
+}
+
+// qk_rows for dims a multiple of 16 (R = 1 or 2).
+template <int R, typename E>
+inline void qk_rows_halves(const float* const* q, const E* kr, int64_t ks, int64_t n, int64_t dim, float scale,
+                           float* const* out) {
+  constexpr int NK = 8 / R;
+  for (int64_t i0 = 0; i0 < n; i0 += NK) {
+    const int64_t nk = std::min<int64_t>(NK, n - i0);
+    const E* k[NK];
+#pragma GCC unroll 8
+    for (int64_t c = 0; c < NK; ++c) k[c] = kr + (i0 + std::min<int64_t>(c, nk - 1)) * ks;  // a short block repeats its last key
+    float* o[R];
+#pragma GCC unroll 2
+    for (int r = 0; r < R; ++r) o[r] = out[r] + i0;
+    qk_tile_halves<R>(q, k, dim, scale, nk, o);
+  }
+}
+#endif
+
 template <int R, typename E>
 inline void qk_rows(const float* const* q, const E* kr, int64_t ks, int64_t n, int64_t dim, float scale, float* const* out) {
   constexpr int NK = qk_keys(R);
@@ -106,6 +181,13 @@ inline void qk_scores(const QueryBlock& qb, const E* kr, int64_t ks, int64_t p0,
       q[i] = qb.q + (r / qb.groups) * qb.token_stride + (r % qb.groups) * qb.dim;
       out[i] = s + r * ld + p0;
     }
+#if defined(ASTRAI_ISA_V3)
+    if (qb.dim % kLanes == 0) {
+      if (nr == 2) qk_rows_halves<2>(q, kr, ks, n, qb.dim, scale, out);
+      else qk_rows_halves<1>(q, kr, ks, n, qb.dim, scale, out);
+      continue;
+    }
+#endif
     if (nr == 3) qk_rows<(kQkMaxRows >= 3 ? 3 : 1)>(q, kr, ks, n, qb.dim, scale, out);
     else if (nr == 2) qk_rows<(kQkMaxRows >= 2 ? 2 : 1)>(q, kr, ks, n, qb.dim, scale, out);
     else qk_rows<1>(q, kr, ks, n, qb.dim, scale, out);

@@ -1,0 +1,170 @@
+// Attention kernel rate: causal prefill of one sequence through a paged K/V cache, as the
+// engine runs it (pages of 16, f32 or bf16 K/V), and batched decode over cached contexts, on
+// the 100M model's head shapes (12 query heads over 4 kv heads of 64 dims unless told
+// otherwise). Reports GFLOP/s (4 * key-query pairs * heads * dim) next to the BLAS SGEMM rate
+// measured in the same run, for the level in use (ASTRAI_CPU_ISA chooses it).
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "bench_probes.h"
+#include "kernels/cpu/attention.h"
+
+namespace {
+
+using namespace astrai;
+
+constexpr const char* kUsage =
+    "usage: attention_bench [--tokens 512,4096] [--heads 12] [--kv-heads 4] [--dim 64]\n"
+    "                       [--kv-dtype f32|bf16] [--decode-batch 32] [--ctx 576] [--threads N]\n"
+    "                       [--quick] [--cpu-time]\n"
+    "  --tokens        prefill lengths, comma-separated (default 512,4096)\n"
+    "  --decode-batch  sequences of the decode run (default 32; 0 skips it)\n"
+    "  --ctx           decode: cached positions per sequence (default 576)\n"
+    "  --threads N     OpenMP threads (default 2)\n";
+
+struct AttnShape {
+  int64_t heads = 12, kv_heads = 4, dim = 64;
+  bool bf16 = false;
+};
+
+constexpr int kPage = 16;
+
+// A paged cache holding `seqs` sequences of `len` positions each, pages shuffled so that no
+// two consecutive pages of a sequence are neighbours in memory (as after a server has run a
+// while).
+struct PagedKv {
+  std::vector<float> k32, v32;
+  std::vector<uint16_t> k16, v16;
+  std::vector<std::vector<int32_t>> tables;
+  kernels::KvSource source;
+
+  PagedKv(const AttnShape& s, int64_t seqs, int64_t len) {
+    const int64_t pages_per = (len + kPage - 1) / kPage, pages = seqs * pages_per;
+    const size_t n = static_cast<size_t>(pages * s.kv_heads * kPage * s.dim);
+    std::vector<float> k = bench::random_floats(n, 11), v = bench::random_floats(n, 12);
+    std::vector<int32_t> order(static_cast<size_t>(pages));
+    for (int64_t i = 0; i < pages; ++i) order[static_cast<size_t>(i)] = static_cast<int32_t>((i * 7919) % pages);
+    for (int64_t q = 0; q < seqs; ++q)
+      tables.emplace_back(order.begin() + q * pages_per, order.begin() + (q + 1) * pages_per);
+    if (s.bf16) {
+      k16.resize(n), v16.resize(n);
+      for (size_t i = 0; i < n; ++i) {
+        uint32_t a, b;
+        std::memcpy(&a, &k[i], 4), std::memcpy(&b, &v[i], 4);
+        k16[i] = static_cast<uint16_t>(a >> 16), v16[i] = static_cast<uint16_t>(b >> 16);
+      }
+      source = kernels::KvSource{k16.data(), v16.data(), kPage, true};
+    } else {
+      k32 = std::move(k), v32 = std::move(v);
+      source = kernels::KvSource{k32.data(), v32.data(), kPage, false};
+    }
+  }
+};
+
+double rate(double flops, double seconds) { return flops / seconds / 1e9; }
+
+void prefill(const AttnShape& s, int64_t tokens, double t_min, double blas) {
+  PagedKv kv(s, 1, tokens);
+  const kernels::AttentionDims d{s.heads, s.kv_heads, s.dim, s.dim, 1.0f / std::sqrt(static_cast<float>(s.dim))};
+  std::vector<float> q = bench::random_floats(static_cast<size_t>(tokens * s.heads * s.dim), 13);
+  std::vector<float> out(q.size());
+  const kernels::AttentionSeq seq{0, static_cast<int32_t>(tokens), 0, kv.tables[0].data()};
+  kernels::AttentionScratch scratch;
+  const double sec = bench::best_seconds(
+      [&] { kernels::attention(q.data(), kv.source, &seq, 1, d, out.data(), scratch, nullptr); }, t_min);
+  const double pairs = 0.5 * static_cast<double>(tokens) * static_cast<double>(tokens + 1);
+  const double flops = 4.0 * pairs * static_cast<double>(s.heads * s.dim);
+  std::printf("prefill %5lld tokens: %8.3f ms per layer  %6.1f GFLOP/s  (%3.0f%% of SGEMM)\n",
+              static_cast<long long>(tokens), sec * 1e3, rate(flops, sec), 100 * rate(flops, sec) / blas);
+}
+
+void decode(const AttnShape& s, int64_t batch, int64_t ctx, double t_min, double blas) {
+  PagedKv kv(s, batch, ctx + 1);
+  const kernels::AttentionDims d{s.heads, s.kv_heads, s.dim, s.dim, 1.0f / std::sqrt(static_cast<float>(s.dim))};
+  std::vector<float> q = bench::random_floats(static_cast<size_t>(batch * s.heads * s.dim), 14);
+  std::vector<float> out(q.size());
+  std::vector<kernels::AttentionSeq> seqs;
+  for (int64_t b = 0; b < batch; ++b)
+    seqs.push_back({static_cast<int32_t>(b), 1, static_cast<int32_t>(ctx), kv.tables[static_cast<size_t>(b)].data()});
+  kernels::AttentionScratch scratch;
+  const double sec = bench::best_seconds(
+      [&] { kernels::attention(q.data(), kv.source, seqs.data(), batch, d, out.data(), scratch, nullptr); }, t_min);
+  const double flops = 4.0 * static_cast<double>(batch * (ctx + 1) * s.heads * s.dim);
+  const double bytes = static_cast<double>(2 * batch * (ctx + 1) * s.kv_heads * s.dim) * (s.bf16 ? 2 : 4);
+  std::printf("decode %lld x %lld ctx: %8.3f ms per layer  %6.1f GFLOP/s  (%3.0f%% of SGEMM)  %5.1f GB/s of K/V\n",
+              static_cast<long long>(batch), static_cast<long long>(ctx), sec * 1e3, rate(flops, sec),
+              100 * rate(flops, sec) / blas, bytes / sec / 1e9);
+}
+
+std::vector<int64_t> parse_list(const std::string& a) {
+  std::vector<int64_t> v;
+  size_t i = 0;
+  while (i < a.size()) {
+    const size_t j = a.find(',', i);
+    v.push_back(std::atoll(a.substr(i, j - i).c_str()));
+    if (j == std::string::npos) break;
+    i = j + 1;
+  }
+  return v;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  astrai::kernels::reexec_for_blas_core(argv);
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  AttnShape s;
+  std::vector<int64_t> tokens = {512, 4096};
+  int64_t batch = 32, ctx = 576;
+  int threads = 2;
+  bool quick = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    const bool has = i + 1 < argc;
+    if (a == "--help" || a == "-h") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    } else if (a == "--tokens" && has) {
+      tokens = parse_list(argv[++i]);
+    } else if (a == "--heads" && has) {
+      s.heads = std::atoll(argv[++i]);
+    } else if (a == "--kv-heads" && has) {
+      s.kv_heads = std::atoll(argv[++i]);
+    } else if (a == "--dim" && has) {
+      s.dim = std::atoll(argv[++i]);
+    } else if (a == "--kv-dtype" && has && (std::string(argv[i + 1]) == "f32" || std::string(argv[i + 1]) == "bf16")) {
+      s.bf16 = std::string(argv[++i]) == "bf16";
+    } else if (a == "--decode-batch" && has) {
+      batch = std::atoll(argv[++i]);
+    } else if (a == "--ctx" && has) {
+      ctx = std::atoll(argv[++i]);
+    } else if (a == "--threads" && has) {
+      threads = std::atoi(argv[++i]);
+    } else if (a == "--quick") {
+      quick = true;
+    } else if (a == "--cpu-time") {
+      astrai::bench::clock_mode() = astrai::bench::Clock::kCpu;
+    } else {
+      return astrai::bench::usage_error(kUsage, a);
+    }
+  }
+  if (s.heads <= 0 || s.kv_heads <= 0 || s.heads % s.kv_heads != 0 || s.dim <= 0 || threads <= 0 || ctx < 0 ||
+      batch < 0) {
+    std::fprintf(stderr, "attention_bench: heads must be a positive multiple of kv heads; dims, threads positive\n");
+    return 2;
+  }
+  set_num_threads(threads);
+  const double t_min = quick ? 0.1 : 0.3;
+  std::printf("cpu: %s; %d threads; %lld heads over %lld kv heads of %lld dims; K/V %s, pages of %d\n",
+              astrai::bench::cpu_and_level().c_str(), threads, static_cast<long long>(s.heads),
+              static_cast<long long>(s.kv_heads), static_cast<long long>(s.dim), s.bf16 ? "bf16" : "f32", kPage);
+  const double blas = astrai::bench::sgemm_gflops(512, 768, 768, t_min);
+  std::printf("BLAS SGEMM 512 x 768 x 768: %.1f GFLOP/s\n", blas);
+  for (int64_t t : tokens) {
+    if (t > 0) prefill(s, t, t_min, blas);
+  }
+  if (batch > 0) decode(s, batch, ctx, t_min, blas);
+  return 0;
+}
