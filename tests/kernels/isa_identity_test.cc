@@ -262,6 +262,7 @@ TEST_P(IsaIdentity, AttentionPrefillPagedDecodeGqaMla) {
       {{4, 4, 96, 64, 0.1f}, 40, 33, 16},      // MLA shape: q/k 96 (nope + rope), v 64
       {{2, 1, 40, 160, 0.15f}, 66, 60, 8},     // v 160: dims in several chunks; MQA
       {{3, 3, 16, 16, 0.25f}, 9, 0, 4},        // tiny heads
+      {{6, 2, 48, 72, 0.2f}, 45, 30, 16},      // GQA 3, v 72: an odd count of 8-dim parts (v3)
   };
   for (const AttnCase& c : cases) {
     const AttentionDims& d = c.d;

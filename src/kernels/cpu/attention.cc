@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "kernels/cpu/attention_simd.h"
 #include "kernels/cpu/level_table.h"
@@ -118,22 +119,24 @@ PvSpanFn<E> pv_span_fn(int64_t nv, int64_t rows) {
 }
 
 #if defined(ASTRAI_ISA_V3)
-// v3, v_dim a multiple of 8, work items of 4 or more rows: the V pass by parts (8 dims, one
-// ymm): each dim's lane is an independent chain, so R = 2 rows x P <= 3 parts (12 ymm
-// accumulators, even and odd sets) share each V load and each broadcast weight. Same
-// operations per lane as pv_span.
-constexpr int64_t kPartRows = 2, kPartMax = 3;
+// v3, v_dim a multiple of 8 (work items: see by_parts in attend_block): the V pass by parts (8
+// dims, one ymm): each dim's lane is an independent chain, so R = 3 rows x P <= 2 parts (12
+// ymm accumulators, even and odd sets; 2 rows x 3 parts, 1 x 3 for the rest) share each V load
+// and each broadcast weight. Same operations per lane as pv_span.
+constexpr int64_t kPartRows = 3;
+// Parts per pass for R rows: R x P x 2 accumulators + R broadcasts + the V part <= 16 ymm.
+constexpr int64_t parts_per_pass(int64_t rows) { return rows >= 3 ? 2 : 3; }
 
 template <int P, int R, typename E>
 inline void pv_key_parts(const float* const* p, int64_t i, const E* row, __m256 (*acc)[P]) {
   __m256 pv[R];
-#pragma GCC unroll 2
+#pragma GCC unroll 3
   for (int r = 0; r < R; ++r) pv[r] = _mm256_broadcast_ss(p[r] + i);
 #pragma GCC unroll 3
   for (int j = 0; j < P; ++j) {
     __m256 v = pload_elem(row + 8 * j, 0);
     if constexpr (R > 1) asm("" : "+x"(v));  // one load for the R FMAs (GCC would fold it into each of them)
-#pragma GCC unroll 2
+#pragma GCC unroll 3
     for (int r = 0; r < R; ++r) acc[r][j] = _mm256_fmadd_ps(pv[r], v, acc[r][j]);
   }
 }
@@ -142,7 +145,7 @@ template <int P, int R, typename E>
 void pv_span_parts(const float* const* p, int64_t p0, int64_t n, const E* vr, int64_t stride, float* const* acc,
                    int64_t odd) {
   __m256 even[R][P], odds[R][P];
-#pragma GCC unroll 2
+#pragma GCC unroll 3
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 3
     for (int j = 0; j < P; ++j) {
@@ -159,7 +162,7 @@ void pv_span_parts(const float* const* p, int64_t p0, int64_t n, const E* vr, in
     pv_key_parts<P, R, E>(p, i + 1, vr + (i + 1) * stride, odds);
   }
   if (i < n) pv_key_parts<P, R, E>(p, i, vr + i * stride, even);
-#pragma GCC unroll 2
+#pragma GCC unroll 3
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 3
     for (int j = 0; j < P; ++j) {
@@ -173,6 +176,7 @@ using PvPartsFn = void (*)(const float* const*, int64_t, int64_t, const E*, int6
 
 template <typename E>
 PvPartsFn<E> pv_parts_fn(int64_t parts, int64_t rows) {
+  if (rows >= 3) return parts == 1 ? &pv_span_parts<1, 3, E> : &pv_span_parts<2, 3, E>;
   if (rows >= 2) return parts == 1 ? &pv_span_parts<1, 2, E> : parts == 2 ? &pv_span_parts<2, 2, E> : &pv_span_parts<3, 2, E>;
   return parts == 1 ? &pv_span_parts<1, 1, E> : parts == 2 ? &pv_span_parts<2, 1, E> : &pv_span_parts<3, 1, E>;
 }
@@ -290,9 +294,10 @@ void attend_block(const float* q, const KvSource& kv, const AttentionSeq& s, int
   // The V-pass kernels for 1..row_group rows of a chunk of dims, chosen once per work item.
   const int64_t chunk_nv = std::min(nv, kPvMaxNv);
 #if defined(ASTRAI_ISA_V3)
-  // Measured: parts pay for prefill blocks; 3-row decode items (GQA 3) do as well or better
-  // with one row over 3 + 1 Vec16s.
-  const bool by_parts = d.v_dim % 8 == 0 && rows >= 4;
+  // Measured (bench/attention_bench, Zen 3): parts pay for prefill blocks, and for 3-row
+  // decode items (GQA 3) over bf16 K/V, which widen each V part once for the 3 rows; over f32
+  // K/V those did 7% better one row at a time over 3 + 1 Vec16s.
+  const bool by_parts = d.v_dim % 8 == 0 && (rows >= 4 || (rows == 3 && std::is_same_v<E, uint16_t>));
   const int64_t row_group = by_parts ? kPartRows : pv_rows(chunk_nv);
 #else
   const int64_t row_group = pv_rows(chunk_nv);
@@ -310,10 +315,11 @@ void attend_block(const float* q, const KvSource& kv, const AttentionSeq& s, int
 #if defined(ASTRAI_ISA_V3)
     if (by_parts) {
       const int64_t parts = d.v_dim / 8;
-      for (int64_t j0 = 0; j0 < parts; j0 += kPartMax) {
-        float* aj[2];
+      const int64_t step = parts_per_pass(nr);
+      for (int64_t j0 = 0; j0 < parts; j0 += step) {
+        float* aj[3];
         for (int64_t i = 0; i < nr; ++i) aj[i] = a[i] + 8 * j0;
-        pv_parts_fn<E>(std::min(kPartMax, parts - j0), nr)(p, p0, n, vr + 8 * j0, vs, aj, 16 * nv);
+        pv_parts_fn<E>(std::min(step, parts - j0), nr)(p, p0, n, vr + 8 * j0, vs, aj, 16 * nv);
       }
       return;
     }
