@@ -32,7 +32,7 @@ constexpr int64_t kChunk = 64;
 // rows stay in registers:
 //   v4: 8 (2 x 8 x R zmm; R = 3 up to 4 Vec16s, 2 up to 7, else 1);
 //   v3 and neon: 3 for one row (12 ymm / 24 q); generic: 8, one row.
-// v3 prefill blocks go by parts of 8 dims instead (pv_span_parts below).
+// v3 prefill blocks go by parts of 8 dims instead (pv_runs_parts below).
 #if defined(ASTRAI_ISA_V4)
 constexpr int64_t kPvMaxNv = 8;
 constexpr int pv_rows(int64_t nv) { return 2 * nv * 3 + 4 <= 32 ? 3 : 2 * nv * 2 + 4 <= 32 ? 2 : 1; }
@@ -122,7 +122,8 @@ PvSpanFn<E> pv_span_fn(int64_t nv, int64_t rows) {
 // v3, v_dim a multiple of 8 (work items: see by_parts in attend_block): the V pass by parts (8
 // dims, one ymm): each dim's lane is an independent chain, so R = 3 rows x P <= 2 parts (12
 // ymm accumulators, even and odd sets; 2 rows x 3 parts, 1 x 3 for the rest) share each V load
-// and each broadcast weight. Same operations per lane as pv_span.
+// and each broadcast weight, over all the pages of a chunk between one load and one store of
+// the accumulators. Same operations per lane as pv_span.
 constexpr int64_t kPartRows = 3;
 // Parts per pass for R rows: R x P x 2 accumulators + R broadcasts + the V part <= 16 ymm.
 constexpr int64_t parts_per_pass(int64_t rows) { return rows >= 3 ? 2 : 3; }
@@ -141,44 +142,63 @@ inline void pv_key_parts(const float* const* p, int64_t i, const E* row, __m256 
   }
 }
 
+// The V rows of one chunk's positions: runs of consecutive positions (one per page).
+template <typename E>
+struct VRun {
+  int64_t p0, n;  // positions [p0, p0 + n)
+  const E* v;     // the V row of p0
+};
+
+// Positions [begin, end) of the runs (scores p[r] from the chunk's first position c0; V rows
+// `stride` apart, from dim 8 * j0): the accumulators stay in registers across the chunk's pages.
 template <int P, int R, typename E>
-void pv_span_parts(const float* const* p, int64_t p0, int64_t n, const E* vr, int64_t stride, float* const* acc,
-                   int64_t odd) {
+void pv_runs_parts(const float* const* p, int64_t c0, const VRun<E>* runs, int64_t nruns, int64_t begin, int64_t end,
+                   int64_t stride, int64_t j0, float* const* acc, int64_t odd) {
   __m256 even[R][P], odds[R][P];
 #pragma GCC unroll 3
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 3
     for (int j = 0; j < P; ++j) {
-      even[r][j] = _mm256_loadu_ps(acc[r] + 8 * j);
-      odds[r][j] = _mm256_loadu_ps(acc[r] + odd + 8 * j);
+      even[r][j] = _mm256_loadu_ps(acc[r] + 8 * (j0 + j));
+      odds[r][j] = _mm256_loadu_ps(acc[r] + odd + 8 * (j0 + j));
     }
-  int64_t i = 0;
-  if (n > 0 && (p0 & 1)) {
-    pv_key_parts<P, R, E>(p, 0, vr, odds);
-    i = 1;
+  for (int64_t k = 0; k < nruns; ++k) {
+    const int64_t lo = std::max(runs[k].p0, begin), hi = std::min(runs[k].p0 + runs[k].n, end);
+    if (lo >= hi) continue;
+    const E* vr = runs[k].v + (lo - runs[k].p0) * stride + 8 * j0;
+    const float* pr[R];
+#pragma GCC unroll 3
+    for (int r = 0; r < R; ++r) pr[r] = p[r] + (lo - c0);
+    const int64_t n = hi - lo;
+    int64_t i = 0;
+    if (lo & 1) {
+      pv_key_parts<P, R, E>(pr, 0, vr, odds);
+      i = 1;
+    }
+    for (; i + 1 < n; i += 2) {
+      pv_key_parts<P, R, E>(pr, i, vr + i * stride, even);
+      pv_key_parts<P, R, E>(pr, i + 1, vr + (i + 1) * stride, odds);
+    }
+    if (i < n) pv_key_parts<P, R, E>(pr, i, vr + i * stride, even);
   }
-  for (; i + 1 < n; i += 2) {
-    pv_key_parts<P, R, E>(p, i, vr + i * stride, even);
-    pv_key_parts<P, R, E>(p, i + 1, vr + (i + 1) * stride, odds);
-  }
-  if (i < n) pv_key_parts<P, R, E>(p, i, vr + i * stride, even);
 #pragma GCC unroll 3
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 3
     for (int j = 0; j < P; ++j) {
-      _mm256_storeu_ps(acc[r] + 8 * j, even[r][j]);
-      _mm256_storeu_ps(acc[r] + odd + 8 * j, odds[r][j]);
+      _mm256_storeu_ps(acc[r] + 8 * (j0 + j), even[r][j]);
+      _mm256_storeu_ps(acc[r] + odd + 8 * (j0 + j), odds[r][j]);
     }
 }
 
 template <typename E>
-using PvPartsFn = void (*)(const float* const*, int64_t, int64_t, const E*, int64_t, float* const*, int64_t);
+using PvRunsFn = void (*)(const float* const*, int64_t, const VRun<E>*, int64_t, int64_t, int64_t, int64_t, int64_t,
+                          float* const*, int64_t);
 
 template <typename E>
-PvPartsFn<E> pv_parts_fn(int64_t parts, int64_t rows) {
-  if (rows >= 3) return parts == 1 ? &pv_span_parts<1, 3, E> : &pv_span_parts<2, 3, E>;
-  if (rows >= 2) return parts == 1 ? &pv_span_parts<1, 2, E> : parts == 2 ? &pv_span_parts<2, 2, E> : &pv_span_parts<3, 2, E>;
-  return parts == 1 ? &pv_span_parts<1, 1, E> : parts == 2 ? &pv_span_parts<2, 1, E> : &pv_span_parts<3, 1, E>;
+PvRunsFn<E> pv_runs_fn(int64_t parts, int64_t rows) {
+  if (rows >= 3) return parts == 1 ? &pv_runs_parts<1, 3, E> : &pv_runs_parts<2, 3, E>;
+  if (rows >= 2) return parts == 1 ? &pv_runs_parts<1, 2, E> : parts == 2 ? &pv_runs_parts<2, 2, E> : &pv_runs_parts<3, 2, E>;
+  return parts == 1 ? &pv_runs_parts<1, 1, E> : parts == 2 ? &pv_runs_parts<2, 1, E> : &pv_runs_parts<3, 1, E>;
 }
 #endif
 
@@ -312,18 +332,6 @@ void attend_block(const float* q, const KvSource& kv, const AttentionSeq& s, int
   // acc[r] + 16 * j0 for the chunk of dims starting at Vec16 j0; its odd set is 16 * nv further.
   const auto v_pass = [&](int64_t nr, const float* const* p, int64_t p0, int64_t n, const E* vr, int64_t vs,
                           float* const* a) {
-#if defined(ASTRAI_ISA_V3)
-    if (by_parts) {
-      const int64_t parts = d.v_dim / 8;
-      const int64_t step = parts_per_pass(nr);
-      for (int64_t j0 = 0; j0 < parts; j0 += step) {
-        float* aj[3];
-        for (int64_t i = 0; i < nr; ++i) aj[i] = a[i] + 8 * j0;
-        pv_parts_fn<E>(std::min(step, parts - j0), nr)(p, p0, n, vr + 8 * j0, vs, aj, 16 * nv);
-      }
-      return;
-    }
-#endif
     for (int64_t j0 = 0; j0 < nv; j0 += kPvMaxNv) {
       const bool last = j0 + kPvMaxNv >= nv;
       float* aj[3];
@@ -331,6 +339,38 @@ void attend_block(const float* q, const KvSource& kv, const AttentionSeq& s, int
       span[nr][last ? 1 : 0](p, p0, n, vr + 16 * j0, vs, last ? last_n : 16, aj, 16 * nv);
     }
   };
+#if defined(ASTRAI_ISA_V3)
+  // The V pass of chunk [c0, c1) by parts: each group of rows over the positions all of them
+  // see, then each row's own remaining positions (causal prefill blocks) alone.
+  const auto v_pass_runs = [&](int64_t c0, int64_t c1) {
+    VRun<E> runs[kChunk];
+    int64_t nruns = 0, stride = 0;
+    for_each_kv_run<E>(kv, s, kvh, d, c0, c1, [&](int64_t p0, int64_t n, const E*, const E* vr, int64_t, int64_t vs) {
+      runs[nruns++] = VRun<E>{p0, n, vr};
+      stride = vs;
+    });
+    const int64_t parts = d.v_dim / 8;
+    const auto pass = [&](int64_t nr, const float* const* p, float* const* a, int64_t begin, int64_t end) {
+      for (int64_t j0 = 0, step = parts_per_pass(nr); j0 < parts; j0 += step)
+        pv_runs_fn<E>(std::min(step, parts - j0), nr)(p, c0, runs, nruns, begin, end, stride, j0, a, 16 * nv);
+    };
+    for (int64_t r0 = 0; r0 < rows; r0 += row_group) {
+      const int64_t nr = std::min(row_group, rows - r0);
+      const int64_t common = std::min(c1, len0 + r0 / groups);  // the shortest row's end
+      const float* p[3];
+      float* a[3];
+      for (int64_t i = 0; i < nr; ++i) {
+        p[i] = w.scores + (r0 + i) * kChunk;
+        a[i] = w.acc + (r0 + i) * w.acc_stride;
+      }
+      if (common > c0) pass(nr, p, a, c0, common);
+      for (int64_t i = 0; i < nr; ++i) {
+        const int64_t begin = std::max(c0, common), end = std::min(c1, len0 + (r0 + i) / groups);
+        if (end > begin) pass(1, p + i, a + i, begin, end);
+      }
+    }
+  };
+#endif
   std::fill(w.acc, w.acc + rows * w.acc_stride, 0.0f);
   std::fill(w.max, w.max + rows, -INFINITY);
   std::fill(w.sum, w.sum + rows, 0.0f);
@@ -352,6 +392,12 @@ void attend_block(const float* q, const KvSource& kv, const AttentionSeq& s, int
       const int64_t n = std::min(c1, len0 + r / groups) - c0;  // a prefill block's first rows may end before c0
       if (n > 0) online_softmax(w.scores + r * kChunk, n, w.max[r], w.sum[r], w.acc + r * w.acc_stride, w.acc_stride);
     }
+#if defined(ASTRAI_ISA_V3)
+    if (by_parts) {
+      v_pass_runs(c0, c1);
+      continue;
+    }
+#endif
     for_each_kv_run<E>(kv, s, kvh, d, c0, c1, [&](int64_t p0, int64_t n, const E*, const E* vr, int64_t, int64_t vs) {
       // Rows in groups sharing each V load over the positions all of them see; a row's own
       // remaining positions (causal prefill blocks) go alone.
