@@ -3,7 +3,10 @@
 // the 100M model's head shapes (12 query heads over 4 kv heads of 64 dims unless told
 // otherwise). Reports GFLOP/s (4 * key-query pairs * heads * dim) next to the BLAS SGEMM rate
 // measured in the same run, for the level in use (ASTRAI_CPU_ISA chooses it).
+#include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <random>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -31,9 +34,8 @@ struct AttnShape {
 
 constexpr int kPage = 16;
 
-// A paged cache holding `seqs` sequences of `len` positions each, pages shuffled so that no
-// two consecutive pages of a sequence are neighbours in memory (as after a server has run a
-// while).
+// A paged cache holding `seqs` sequences of `len` positions each, pages shuffled (as after a
+// server has run a while, a sequence's pages are scattered over the pool).
 struct PagedKv {
   std::vector<float> k32, v32;
   std::vector<uint16_t> k16, v16;
@@ -45,7 +47,8 @@ struct PagedKv {
     const size_t n = static_cast<size_t>(pages * s.kv_heads * kPage * s.dim);
     std::vector<float> k = bench::random_floats(n, 11), v = bench::random_floats(n, 12);
     std::vector<int32_t> order(static_cast<size_t>(pages));
-    for (int64_t i = 0; i < pages; ++i) order[static_cast<size_t>(i)] = static_cast<int32_t>((i * 7919) % pages);
+    for (int64_t i = 0; i < pages; ++i) order[static_cast<size_t>(i)] = static_cast<int32_t>(i);
+    std::shuffle(order.begin(), order.end(), std::mt19937(7));
     for (int64_t q = 0; q < seqs; ++q)
       tables.emplace_back(order.begin() + q * pages_per, order.begin() + (q + 1) * pages_per);
     if (s.bf16) {
