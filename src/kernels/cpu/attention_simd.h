@@ -3,8 +3,8 @@
 // partial sums by fused multiply-adds over dim, the tail zero-padded, the fixed tree), then
 // times the scale. Tiles of R query rows x NK keys share each load; the shape is per level:
 //   v4: up to 3 rows x 8 keys (24 zmm accumulators), the 8 sums of a row reduced together;
-//   v3: dims a multiple of 16: 2 rows x 4 keys or 1 row x 8 keys, a part (8 lanes) at a time
-//     (8 ymm accumulators), the 8 sums reduced together; other dims as neon;
+//   v3: dims a multiple of 16: 3 or 2 rows x 4 keys or 1 row x 8 keys, a part (8 lanes) at a
+//     time (12 or 8 ymm accumulators), 8 sums reduced together; other dims as neon;
 //   neon: 2 rows x 2 keys or 1 row x 4 keys (16 q accumulators);
 //   generic: one score at a time.
 #pragma once
@@ -81,69 +81,73 @@ inline void qk_tile(const float* const* q, const E* const* k, int64_t dim, float
 inline __m256 pload_elem(const float* p, int h) { return pload(p, h); }
 inline __m256 pload_elem(const uint16_t* p, int h) { return pload_bf16(p, h); }
 
-// v3, dim a multiple of 16: R (1 or 2) query rows x 8 / R keys, s[r][c] for c < nk. The 8
-// partial-sum vectors of lanes 0-7 (part 0) are formed first and parked in L1, then those of
-// lanes 8-15 (part 1), so only 8 accumulators are live; each lane's FMAs run in the contract's
-// order. Lane i + lane i+8 (the tree's first step), then reduce8_halves.
+// v3, dim a multiple of 16: R query rows x NK keys (3 x 4, 2 x 4 or 1 x 8), s[r][c] for c < nk.
+// The partial-sum vectors of lanes 0-7 (part 0) are formed first and parked in L1, then those
+// of lanes 8-15 (part 1), so at most 12 accumulators are live (with 3 query parts and one K
+// part: all 16 ymm); each lane's FMAs run in the contract's order. Lane i + lane i+8 (the
+// tree's first step), then reduce8_halves, 8 scores at a time.
+constexpr int qk_halves_keys(int rows) { return rows == 1 ? 8 : 4; }
+
 template <int R, typename E>
 inline void qk_tile_halves(const float* const* q, const E* const* k, int64_t dim, float scale, int64_t nk,
                            float* const* s) {
-  constexpr int NK = 8 / R;
-  alignas(32) float parked[8][8];
-  __m256 acc[8];
+  constexpr int NK = qk_halves_keys(R), A = R * NK;
+  alignas(32) float parked[A][8];
+  __m256 acc[A];
 #pragma GCC unroll 2
   for (int h = 0; h < 2; ++h) {
-#pragma GCC unroll 8
-    for (int i = 0; i < 8; ++i) acc[i] = _mm256_setzero_ps();
+#pragma GCC unroll 12
+    for (int i = 0; i < A; ++i) acc[i] = _mm256_setzero_ps();
     for (int64_t d0 = 0; d0 < dim; d0 += kLanes) {
       __m256 qv[R];
-#pragma GCC unroll 2
+#pragma GCC unroll 3
       for (int r = 0; r < R; ++r) qv[r] = pload(q[r] + d0, h);
 #pragma GCC unroll 8
       for (int c = 0; c < NK; ++c) {
         __m256 kv = pload_elem(k[c] + d0, h);
         asm("" : "+x"(kv));  // one load for the R FMAs (GCC would fold it into each of them)
-#pragma GCC unroll 2
+#pragma GCC unroll 3
         for (int r = 0; r < R; ++r) acc[r * NK + c] = _mm256_fmadd_ps(qv[r], kv, acc[r * NK + c]);
       }
     }
     if (h == 0) {
-#pragma GCC unroll 8
-      for (int i = 0; i < 8; ++i) _mm256_store_ps(parked[i], acc[i]);
+#pragma GCC unroll 12
+      for (int i = 0; i < A; ++i) _mm256_store_ps(parked[i], acc[i]);
     }
   }
-#pragma GCC unroll 8
-  for (int i = 0; i < 8; ++i) acc[i] = _mm256_add_ps(_mm256_load_ps(parked[i]), acc[i]);
-  const __m256 sums = _mm256_mul_ps(reduce8_halves(acc[0], acc[1], acc[2], acc[3], acc[4], acc[5], acc[6], acc[7]),
-                                    _mm256_set1_ps(scale));
+#pragma GCC unroll 12
+  for (int i = 0; i < A; ++i) acc[i] = _mm256_add_ps(_mm256_load_ps(parked[i]), acc[i]);
+  const __m256 sv = _mm256_set1_ps(scale);
+  alignas(32) float out[16];
+  _mm256_store_ps(out, _mm256_mul_ps(reduce8_halves(acc[0], acc[1], acc[2], acc[3], acc[4], acc[5], acc[6], acc[7]), sv));
+  if constexpr (A == 12)  // row 2's 4 scores (the other 4 lanes repeat them)
+    _mm256_store_ps(out + 8, _mm256_mul_ps(reduce8_halves(acc[8], acc[9], acc[10], acc[11], acc[8], acc[9], acc[10],
+                                                          acc[11]), sv));
   if (nk == NK) {
-    if constexpr (R == 2) {
-      _mm_storeu_ps(s[0], _mm256_castps256_ps128(sums));
-      _mm_storeu_ps(s[1], _mm256_extractf128_ps(sums, 1));
-    } else {
-      _mm256_storeu_ps(s[0], sums);
+#pragma GCC unroll 3
+    for (int r = 0; r < R; ++r) {
+      if constexpr (NK == 4) _mm_storeu_ps(s[r], _mm_load_ps(out + 4 * r));
+      else _mm256_storeu_ps(s[r], _mm256_load_ps(out));
     }
     return;
   }
-  alignas(32) float out[8];
-  _mm256_store_ps(out, sums);
-#pragma GCC unroll 2
+#pragma GCC unroll 3
   for (int r = 0; r < R; ++r)
     for (int64_t c = 0; c < nk; ++c) s[r][c] = out[r * NK + c];
 }
 
-// qk_rows for dims a multiple of 16 (R = 1 or 2).
+// qk_rows for dims a multiple of 16 (R = 1, 2 or 3).
 template <int R, typename E>
 inline void qk_rows_halves(const float* const* q, const E* kr, int64_t ks, int64_t n, int64_t dim, float scale,
                            float* const* out) {
-  constexpr int NK = 8 / R;
+  constexpr int NK = qk_halves_keys(R);
   for (int64_t i0 = 0; i0 < n; i0 += NK) {
     const int64_t nk = std::min<int64_t>(NK, n - i0);
     const E* k[NK];
 #pragma GCC unroll 8
     for (int64_t c = 0; c < NK; ++c) k[c] = kr + (i0 + std::min<int64_t>(c, nk - 1)) * ks;  // a short block repeats its last key
     float* o[R];
-#pragma GCC unroll 2
+#pragma GCC unroll 3
     for (int r = 0; r < R; ++r) o[r] = out[r] + i0;
     qk_tile_halves<R>(q, k, dim, scale, nk, o);
   }
@@ -172,6 +176,25 @@ template <typename E>
 inline void qk_scores(const QueryBlock& qb, const E* kr, int64_t ks, int64_t p0, int64_t n, float scale, float* s,
                       int64_t ld) {
   const int64_t rows = qb.tokens * qb.groups;
+#if defined(ASTRAI_ISA_V3)
+  if (qb.dim % kLanes == 0) {  // rows 3 at a time (the 2 or 1 left over last)
+    constexpr int64_t step = 3;
+    for (int64_t r0 = 0; r0 < rows; r0 += step) {
+      const float* q[3] = {qb.q, qb.q, qb.q};
+      float* out[3] = {s, s, s};
+      const int64_t nr = std::min<int64_t>(step, rows - r0);
+      for (int64_t i = 0; i < nr; ++i) {
+        const int64_t r = r0 + i;
+        q[i] = qb.q + (r / qb.groups) * qb.token_stride + (r % qb.groups) * qb.dim;
+        out[i] = s + r * ld + p0;
+      }
+      if (nr == 3) qk_rows_halves<3>(q, kr, ks, n, qb.dim, scale, out);
+      else if (nr == 2) qk_rows_halves<2>(q, kr, ks, n, qb.dim, scale, out);
+      else qk_rows_halves<1>(q, kr, ks, n, qb.dim, scale, out);
+    }
+    return;
+  }
+#endif
   for (int64_t r0 = 0; r0 < rows; r0 += kQkMaxRows) {
     const float* q[3] = {qb.q, qb.q, qb.q};
     float* out[3] = {s, s, s};  // entries past nr unused
@@ -181,13 +204,6 @@ inline void qk_scores(const QueryBlock& qb, const E* kr, int64_t ks, int64_t p0,
       q[i] = qb.q + (r / qb.groups) * qb.token_stride + (r % qb.groups) * qb.dim;
       out[i] = s + r * ld + p0;
     }
-#if defined(ASTRAI_ISA_V3)
-    if (qb.dim % kLanes == 0) {
-      if (nr == 2) qk_rows_halves<2>(q, kr, ks, n, qb.dim, scale, out);
-      else qk_rows_halves<1>(q, kr, ks, n, qb.dim, scale, out);
-      continue;
-    }
-#endif
     if (nr == 3) qk_rows<(kQkMaxRows >= 3 ? 3 : 1)>(q, kr, ks, n, qb.dim, scale, out);
     else if (nr == 2) qk_rows<(kQkMaxRows >= 2 ? 2 : 1)>(q, kr, ks, n, qb.dim, scale, out);
     else qk_rows<1>(q, kr, ks, n, qb.dim, scale, out);
