@@ -136,38 +136,41 @@ inline void qk_tile_halves(const float* const* q, const E* const* k, int64_t dim
     for (int64_t c = 0; c < nk; ++c) s[r][c] = out[r * NK + c];
 }
 
+#endif
+
+// The n keys at kr (ks apart) in blocks of NK: tile(k, nk, o) with the block's NK key rows (a
+// short block repeats its last key), its key count and the R rows' outputs at its offset.
+template <int R, int NK, typename E, typename Tile>
+inline void for_each_key_block(const E* kr, int64_t ks, int64_t n, float* const* out, Tile&& tile) {
+  for (int64_t i0 = 0; i0 < n; i0 += NK) {
+    const int64_t nk = std::min<int64_t>(NK, n - i0);
+    const E* k[NK];
+#pragma GCC unroll 8
+    for (int64_t c = 0; c < NK; ++c) k[c] = kr + (i0 + std::min<int64_t>(c, nk - 1)) * ks;
+    float* o[R];
+#pragma GCC unroll 3
+    for (int r = 0; r < R; ++r) o[r] = out[r] + i0;
+    tile(static_cast<const E* const*>(k), nk, static_cast<float* const*>(o));
+  }
+}
+
+template <int R, typename E>
+inline void qk_rows(const float* const* q, const E* kr, int64_t ks, int64_t n, int64_t dim, float scale, float* const* out) {
+  for_each_key_block<R, qk_keys(R)>(kr, ks, n, out, [&](const E* const* k, int64_t nk, float* const* o) {
+    qk_tile<R, qk_keys(R)>(q, k, dim, scale, nk, o);
+  });
+}
+
+#if defined(ASTRAI_ISA_V3)
 // qk_rows for dims a multiple of 16 (R = 1, 2 or 3).
 template <int R, typename E>
 inline void qk_rows_halves(const float* const* q, const E* kr, int64_t ks, int64_t n, int64_t dim, float scale,
                            float* const* out) {
-  constexpr int NK = qk_halves_keys(R);
-  for (int64_t i0 = 0; i0 < n; i0 += NK) {
-    const int64_t nk = std::min<int64_t>(NK, n - i0);
-    const E* k[NK];
-#pragma GCC unroll 8
-    for (int64_t c = 0; c < NK; ++c) k[c] = kr + (i0 + std::min<int64_t>(c, nk - 1)) * ks;  // a short block repeats its last key
-    float* o[R];
-#pragma GCC unroll 3
-    for (int r = 0; r < R; ++r) o[r] = out[r] + i0;
+  for_each_key_block<R, qk_halves_keys(R)>(kr, ks, n, out, [&](const E* const* k, int64_t nk, float* const* o) {
     qk_tile_halves<R>(q, k, dim, scale, nk, o);
-  }
+  });
 }
 #endif
-
-template <int R, typename E>
-inline void qk_rows(const float* const* q, const E* kr, int64_t ks, int64_t n, int64_t dim, float scale, float* const* out) {
-  constexpr int NK = qk_keys(R);
-  for (int64_t i0 = 0; i0 < n; i0 += NK) {
-    const int64_t nk = std::min<int64_t>(NK, n - i0);
-    const E* k[NK];
-#pragma GCC unroll 8
-    for (int64_t c = 0; c < NK; ++c) k[c] = kr + (i0 + std::min<int64_t>(c, nk - 1)) * ks;  // a short block repeats its last key
-    float* o[R];
-#pragma GCC unroll 3
-    for (int r = 0; r < R; ++r) o[r] = out[r] + i0;
-    qk_tile<R, NK>(q, k, dim, scale, nk, o);
-  }
-}
 
 // Scores of every query row of the block against n keys (rows kr + i * ks), written at key
 // offset p0: s[row * ld + p0 + i] = (q_row . k_i) * scale. Query rows go kQkMaxRows at a time,

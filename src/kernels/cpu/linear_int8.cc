@@ -92,7 +92,69 @@ void q4k_scales_mins(const uint8_t* b, uint8_t* out) {
   std::memcpy(out, six, 16);
 }
 
-// ---- The definition, one output at a time (generic, and x86's partial groups) ----
+// ---- The definition, one output at a time (generic, neon, and x86's partial groups) ----
+
+// The integer sums of one block's products. They are exact, so any order gives the same value:
+// scalar, as the definition reads, or on neon in vectors (widening multiplies, vmull_s8 +
+// vmlal_high_s8: an int16 lane holds two products, at most 2 * 128 * 127 = 32512, then
+// pairwise widening adds; ARMv8.2's sdot would take fewer instructions but needs a CPU feature
+// check, and is not written).
+#if defined(ASTRAI_ISA_NEON)
+// The 16 products w[e] * x[e], summed in pairs into 4 int32 lanes.
+inline int32x4_t dot16(int8x16_t w, int8x16_t x) {
+  return vpaddlq_s16(vmlal_high_s8(vmull_s8(vget_low_s8(w), vget_low_s8(x)), w, x));
+}
+inline int32_t dot32(int8x16_t w0, int8x16_t w1, const int8_t* x) {
+  return vaddvq_s32(vaddq_s32(dot16(w0, vld1q_s8(x)), dot16(w1, vld1q_s8(x + 16))));
+}
+inline int8x16_t nibbles(uint8x16_t b, int high) {
+  return vreinterpretq_s8_u8(high ? vshrq_n_u8(b, 4) : vandq_u8(b, vdupq_n_u8(15)));
+}
+// Q8_0 / Q4_0: the 32 products of the block at blk with x.
+template <DType T>
+int32_t block_sum(const uint8_t* blk, const int8_t* x) {
+  if constexpr (T == DType::kQ8_0) {
+    const int8_t* w = reinterpret_cast<const int8_t*>(blk + 2);
+    return dot32(vld1q_s8(w), vld1q_s8(w + 16), x);
+  } else {
+    const uint8x16_t q = vld1q_u8(blk + 2);
+    const int8x16_t eight = vdupq_n_s8(8);
+    return dot32(vsubq_s8(nibbles(q, 0), eight), vsubq_s8(nibbles(q, 1), eight), x);
+  }
+}
+// Q4_K: sub-block j's 32 nibbles times x[0, 32).
+int32_t q4k_sub_sum(const uint8_t* blk, int j, const int8_t* x) {
+  const uint8_t* qs = blk + kQ4KQuantsAt + j / 2 * 32;
+  return dot32(nibbles(vld1q_u8(qs), j % 2), nibbles(vld1q_u8(qs + 16), j % 2), x);
+}
+// Q6_K: s[g] = the 16 products of group g (quants - 32) with x, g < 16.
+void q6k_group_sums(const uint8_t* blk, const int8_t* x, int32_t* s) {
+  int8_t q[256];
+  q6k_unpack(blk, q);
+  for (int g = 0; g < 16; ++g) s[g] = vaddvq_s32(dot16(vld1q_s8(q + 16 * g), vld1q_s8(x + 16 * g)));
+}
+#else
+template <DType T>
+int32_t block_sum(const uint8_t* blk, const int8_t* x) {
+  int32_t s = 0;
+  for (int e = 0; e < kQBlock; ++e) {
+    const int wq = T == DType::kQ8_0 ? static_cast<int8_t>(blk[2 + e]) : ((blk[2 + e % 16] >> (e / 16 * 4)) & 15) - 8;
+    s += wq * x[e];
+  }
+  return s;
+}
+int32_t q4k_sub_sum(const uint8_t* blk, int j, const int8_t* x) {
+  int32_t s = 0;
+  for (int e = 0; e < 32; ++e) s += ((blk[kQ4KQuantsAt + j / 2 * 32 + e] >> (j % 2 * 4)) & 15) * x[e];
+  return s;
+}
+void q6k_group_sums(const uint8_t* blk, const int8_t* x, int32_t* s) {
+  for (int g = 0; g < 16; ++g) {
+    s[g] = 0;
+    for (int e = 16 * g; e < 16 * g + 16; ++e) s[g] += (q6_k_quant(blk, e) - 32) * x[e];
+  }
+}
+#endif
 
 // Row `wr` of W (nb blocks) against activation row i.
 template <DType T>
@@ -103,12 +165,7 @@ float dot_ref(const uint8_t* wr, const ActRows& a, int64_t i, int64_t nb) {
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* blk = wr + b * block_bytes(T);
     if constexpr (T == DType::kQ8_0 || T == DType::kQ4_0) {
-      const int8_t* x = xq + b * kQBlock;
-      int32_t s = 0;
-      for (int e = 0; e < kQBlock; ++e) {
-        const int wq = T == DType::kQ8_0 ? static_cast<int8_t>(blk[2 + e]) : ((blk[2 + e % 16] >> (e / 16 * 4)) & 15) - 8;
-        s += wq * x[e];
-      }
+      const int32_t s = block_sum<T>(blk, xq + b * kQBlock);
       acc = std::fma(f16_at(blk) * dx[b], static_cast<float>(s), acc);
     } else if constexpr (T == DType::kQ4_K) {
       const int8_t* x = xq + b * kQKBlock;
@@ -117,21 +174,16 @@ float dot_ref(const uint8_t* wr, const ActRows& a, int64_t i, int64_t nb) {
       q4k_scales_mins(blk, sm);
       int32_t sa = 0, sb = 0;
       for (int j = 0; j < 8; ++j) {
-        int32_t s = 0;
-        for (int e = 0; e < 32; ++e) s += ((blk[kQ4KQuantsAt + j / 2 * 32 + e] >> (j % 2 * 4)) & 15) * x[32 * j + e];
-        sa += sm[j] * s;
+        sa += sm[j] * q4k_sub_sum(blk, j, x + 32 * j);
         sb += sm[8 + j] * xs[j];
       }
       acc = std::fma(f16_at(blk) * dx[b], static_cast<float>(sa), acc);
       acc = std::fma(f16_at(blk + 2) * dx[b], -static_cast<float>(sb), acc);
     } else {  // Q6_K
-      const int8_t* x = xq + b * kQKBlock;
+      int32_t s[16];
+      q6k_group_sums(blk, xq + b * kQKBlock, s);
       int32_t sa = 0;
-      for (int g = 0; g < 16; ++g) {
-        int32_t s = 0;
-        for (int e = 16 * g; e < 16 * g + 16; ++e) s += (q6_k_quant(blk, e) - 32) * x[e];
-        sa += static_cast<int8_t>(blk[kQ6KScalesAt + g]) * s;
-      }
+      for (int g = 0; g < 16; ++g) sa += static_cast<int8_t>(blk[kQ6KScalesAt + g]) * s[g];
       acc = std::fma(f16_at(blk + kQ6KDAt) * dx[b], static_cast<float>(sa), acc);
     }
   }
@@ -657,78 +709,6 @@ void outputs(const ActRows& a, int64_t i0, int64_t i1, const uint8_t* w, int64_t
     else tile<T, 1>(a, i, w, rb, nb, bias, y, ldy, p);
     i += r;
   }
-}
-
-#elif defined(ASTRAI_ISA_NEON)
-
-// ---- NEON: one output at a time, as the definition, each block's integer sums in vectors ----
-// Widening multiplies (vmull_s8 + vmlal_s8: an int16 lane holds two products, at most
-// 2 * 128 * 127 = 32512) and pairwise widening adds; the sums are exact, so the bits are the
-// definition's. ARMv8.2's sdot would take fewer instructions; it needs a CPU feature check
-// (not every AArch64 CPU has it) and is not written.
-
-// The 16 products w[e] * x[e], summed in pairs into 4 int32 lanes.
-inline int32x4_t dot16(int8x16_t w, int8x16_t x) {
-  return vpaddlq_s16(vmlal_high_s8(vmull_s8(vget_low_s8(w), vget_low_s8(x)), w, x));
-}
-inline int32_t dot32(int8x16_t w0, int8x16_t w1, const int8_t* x) {
-  return vaddvq_s32(vaddq_s32(dot16(w0, vld1q_s8(x)), dot16(w1, vld1q_s8(x + 16))));
-}
-inline int8x16_t load_s8(const uint8_t* p) { return vreinterpretq_s8_u8(vld1q_u8(p)); }
-inline int8x16_t nibbles(uint8x16_t b, int high) {
-  return vreinterpretq_s8_u8(high ? vshrq_n_u8(b, 4) : vandq_u8(b, vdupq_n_u8(15)));
-}
-
-template <DType T>
-float dot_neon(const uint8_t* wr, const ActRows& a, int64_t i, int64_t nb) {
-  const int8_t* xq = a.q + i * a.k;
-  const float* dx = a.d + i * (a.k / a.block);
-  float acc = 0.0f;
-  for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* blk = wr + b * block_bytes(T);
-    if constexpr (T == DType::kQ8_0) {
-      const int32_t s = dot32(load_s8(blk + 2), load_s8(blk + 18), xq + b * kQBlock);
-      acc = std::fma(f16_at(blk) * dx[b], static_cast<float>(s), acc);
-    } else if constexpr (T == DType::kQ4_0) {
-      const uint8x16_t q = vld1q_u8(blk + 2);
-      const int8x16_t eight = vdupq_n_s8(8);
-      const int32_t s = dot32(vsubq_s8(nibbles(q, 0), eight), vsubq_s8(nibbles(q, 1), eight), xq + b * kQBlock);
-      acc = std::fma(f16_at(blk) * dx[b], static_cast<float>(s), acc);
-    } else if constexpr (T == DType::kQ4_K) {
-      const int8_t* x = xq + b * kQKBlock;
-      const int16_t* xs = a.s32 + i * (a.k / 32) + b * 8;
-      uint8_t sm[16];
-      q4k_scales_mins(blk, sm);
-      int32_t sa = 0, sb = 0;
-      for (int j = 0; j < 8; ++j) {
-        const uint8_t* qs = blk + kQ4KQuantsAt + j / 2 * 32;
-        const int32_t s = dot32(nibbles(vld1q_u8(qs), j % 2), nibbles(vld1q_u8(qs + 16), j % 2), x + 32 * j);
-        sa += sm[j] * s;
-        sb += sm[8 + j] * xs[j];
-      }
-      acc = std::fma(f16_at(blk) * dx[b], static_cast<float>(sa), acc);
-      acc = std::fma(f16_at(blk + 2) * dx[b], -static_cast<float>(sb), acc);
-    } else {  // Q6_K
-      const int8_t* x = xq + b * kQKBlock;
-      int8_t q[256];
-      q6k_unpack(blk, q);
-      int32_t sa = 0;
-      for (int g = 0; g < 16; ++g)
-        sa += static_cast<int8_t>(blk[kQ6KScalesAt + g]) * vaddvq_s32(dot16(vld1q_s8(q + 16 * g), vld1q_s8(x + 16 * g)));
-      acc = std::fma(f16_at(blk + kQ6KDAt) * dx[b], static_cast<float>(sa), acc);
-    }
-  }
-  return acc;
-}
-
-template <DType T>
-void outputs(const ActRows& a, int64_t i0, int64_t i1, const uint8_t* w, int64_t nr, int64_t nb, const float* bias,
-             float* y, int64_t ldy, const uint8_t*) {
-  for (int64_t i = i0; i < i1; ++i)
-    for (int64_t c = 0; c < nr; ++c) {
-      const float s = dot_neon<T>(w + c * nb * block_bytes(T), a, i, nb);
-      y[i * ldy + c] = bias ? s + bias[c] : s;
-    }
 }
 
 #else
