@@ -297,6 +297,24 @@ inline void online_softmax(float* s, int64_t n, float& max, float& sum, float* a
   sum += exp_store_sum(s, m, n);
 }
 
+// The V pass's split of positions [lo, hi) among a work item's rows (row r sees positions
+// [0, len0 + r / groups)): for each group of up to `group` rows from r0, fn(nr, r0, b, e) over
+// the positions [b, e) all of them see, then fn(1, r, b, e) for each row's own remaining ones
+// (the later tokens of a causal prefill block).
+template <typename Fn>
+inline void for_each_row_span(int64_t rows, int64_t group, int64_t groups, int64_t len0, int64_t lo, int64_t hi,
+                              Fn&& fn) {
+  for (int64_t r0 = 0; r0 < rows; r0 += group) {
+    const int64_t nr = std::min(group, rows - r0);
+    const int64_t common = std::clamp(len0 + r0 / groups, lo, hi);  // the shortest row's end
+    if (common > lo) fn(nr, r0, lo, common);
+    for (int64_t r = r0; r < r0 + nr; ++r) {
+      const int64_t end = std::min(hi, len0 + r / groups);
+      if (end > common) fn(int64_t{1}, r, common, end);
+    }
+  }
+}
+
 // One work item: tokens [t0, t0 + nt) of sequence s against kv head kvh, all query heads of
 // the group. Key positions go in chunks of kChunk fixed by position (never by page or batch):
 // scores, the online softmax and the weighted V rows of one chunk, so K, V and the scores of
@@ -340,8 +358,7 @@ void attend_block(const float* q, const KvSource& kv, const AttentionSeq& s, int
     }
   };
 #if defined(ASTRAI_ISA_V3)
-  // The V pass of chunk [c0, c1) by parts: each group of rows over the positions all of them
-  // see, then each row's own remaining positions (causal prefill blocks) alone.
+  // The V pass of chunk [c0, c1) by parts, over all of its pages at once.
   const auto v_pass_runs = [&](int64_t c0, int64_t c1) {
     VRun<E> runs[kChunk];
     int64_t nruns = 0, stride = 0;
@@ -354,21 +371,15 @@ void attend_block(const float* q, const KvSource& kv, const AttentionSeq& s, int
       for (int64_t j0 = 0, step = parts_per_pass(nr); j0 < parts; j0 += step)
         pv_runs_fn<E>(std::min(step, parts - j0), nr)(p, c0, runs, nruns, begin, end, stride, j0, a, 16 * nv);
     };
-    for (int64_t r0 = 0; r0 < rows; r0 += row_group) {
-      const int64_t nr = std::min(row_group, rows - r0);
-      const int64_t common = std::min(c1, len0 + r0 / groups);  // the shortest row's end
+    for_each_row_span(rows, row_group, groups, len0, c0, c1, [&](int64_t nr, int64_t r0, int64_t b, int64_t e) {
       const float* p[3];
       float* a[3];
       for (int64_t i = 0; i < nr; ++i) {
         p[i] = w.scores + (r0 + i) * kChunk;
         a[i] = w.acc + (r0 + i) * w.acc_stride;
       }
-      if (common > c0) pass(nr, p, a, c0, common);
-      for (int64_t i = 0; i < nr; ++i) {
-        const int64_t begin = std::max(c0, common), end = std::min(c1, len0 + (r0 + i) / groups);
-        if (end > begin) pass(1, p + i, a + i, begin, end);
-      }
-    }
+      pass(nr, p, a, b, e);
+    });
   };
 #endif
   std::fill(w.acc, w.acc + rows * w.acc_stride, 0.0f);
@@ -399,26 +410,16 @@ void attend_block(const float* q, const KvSource& kv, const AttentionSeq& s, int
     }
 #endif
     for_each_kv_run<E>(kv, s, kvh, d, c0, c1, [&](int64_t p0, int64_t n, const E*, const E* vr, int64_t, int64_t vs) {
-      // Rows in groups sharing each V load over the positions all of them see; a row's own
-      // remaining positions (causal prefill blocks) go alone.
-      for (int64_t r0 = 0; r0 < rows; r0 += row_group) {
-        const int64_t nr = std::min(row_group, rows - r0);
-        const int64_t common = std::clamp<int64_t>(len0 + r0 / groups - p0, 0, n);  // shortest row
+      // Rows in groups sharing each V load over the positions all of them see.
+      for_each_row_span(rows, row_group, groups, len0, p0, p0 + n, [&](int64_t nr, int64_t r0, int64_t b, int64_t e) {
         const float* p[3];
         float* a[3];
         for (int64_t i = 0; i < nr; ++i) {
-          p[i] = w.scores + (r0 + i) * kChunk + (p0 - c0);
+          p[i] = w.scores + (r0 + i) * kChunk + (b - c0);
           a[i] = w.acc + (r0 + i) * w.acc_stride;
         }
-        if (common > 0) v_pass(nr, p, p0, common, vr, vs, a);
-        for (int64_t i = 0; i < nr; ++i) {
-          const int64_t to = std::min(n, len0 + (r0 + i) / groups - p0);
-          if (common >= to) continue;
-          const float* pi[1] = {p[i] + common};
-          float* ai[1] = {a[i]};
-          v_pass(1, pi, p0 + common, to - common, vr + common * vs, vs, ai);
-        }
-      }
+        v_pass(nr, p, b, e - b, vr + (b - p0) * vs, vs, a);
+      });
     });
   }
   for (int64_t r = 0; r < rows; ++r) {

@@ -180,33 +180,28 @@ inline void qk_scores(const QueryBlock& qb, const E* kr, int64_t ks, int64_t p0,
                       int64_t ld) {
   const int64_t rows = qb.tokens * qb.groups;
 #if defined(ASTRAI_ISA_V3)
-  if (qb.dim % kLanes == 0) {  // rows 3 at a time (the 2 or 1 left over last)
-    constexpr int64_t step = 3;
-    for (int64_t r0 = 0; r0 < rows; r0 += step) {
-      const float* q[3] = {qb.q, qb.q, qb.q};
-      float* out[3] = {s, s, s};
-      const int64_t nr = std::min<int64_t>(step, rows - r0);
-      for (int64_t i = 0; i < nr; ++i) {
-        const int64_t r = r0 + i;
-        q[i] = qb.q + (r / qb.groups) * qb.token_stride + (r % qb.groups) * qb.dim;
-        out[i] = s + r * ld + p0;
-      }
-      if (nr == 3) qk_rows_halves<3>(q, kr, ks, n, qb.dim, scale, out);
-      else if (nr == 2) qk_rows_halves<2>(q, kr, ks, n, qb.dim, scale, out);
-      else qk_rows_halves<1>(q, kr, ks, n, qb.dim, scale, out);
-    }
-    return;
-  }
+  const bool halves = qb.dim % kLanes == 0;  // then rows go 3 at a time (qk_rows_halves)
+  const int64_t step = halves ? 3 : kQkMaxRows;
+#else
+  constexpr int64_t step = kQkMaxRows;
 #endif
-  for (int64_t r0 = 0; r0 < rows; r0 += kQkMaxRows) {
+  for (int64_t r0 = 0; r0 < rows; r0 += step) {
     const float* q[3] = {qb.q, qb.q, qb.q};
     float* out[3] = {s, s, s};  // entries past nr unused
-    const int64_t nr = std::min<int64_t>(kQkMaxRows, rows - r0);
+    const int64_t nr = std::min<int64_t>(step, rows - r0);
     for (int64_t i = 0; i < nr; ++i) {
       const int64_t r = r0 + i;
       q[i] = qb.q + (r / qb.groups) * qb.token_stride + (r % qb.groups) * qb.dim;
       out[i] = s + r * ld + p0;
     }
+#if defined(ASTRAI_ISA_V3)
+    if (halves) {
+      if (nr == 3) qk_rows_halves<3>(q, kr, ks, n, qb.dim, scale, out);
+      else if (nr == 2) qk_rows_halves<2>(q, kr, ks, n, qb.dim, scale, out);
+      else qk_rows_halves<1>(q, kr, ks, n, qb.dim, scale, out);
+      continue;
+    }
+#endif
     if (nr == 3) qk_rows<(kQkMaxRows >= 3 ? 3 : 1)>(q, kr, ks, n, qb.dim, scale, out);
     else if (nr == 2) qk_rows<(kQkMaxRows >= 2 ? 2 : 1)>(q, kr, ks, n, qb.dim, scale, out);
     else qk_rows<1>(q, kr, ks, n, qb.dim, scale, out);
