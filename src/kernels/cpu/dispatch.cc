@@ -111,8 +111,8 @@ namespace {
 std::atomic<bool> g_batch_invariant{true};
 // By architecture, never by level (every level of one machine must give the same results):
 // x86-64 q8, faster on every shape measured (docs/performance.md, "Against llama.cpp"); AArch64
-// f32, where the integer path has no NEON kernel yet (neon runs its one-output-at-a-time
-// definition, slower than the widening kernels).
+// f32: neon's integer path (one output at a time, no tiles) has never been timed on ARM
+// hardware against its f32 tiles.
 #if defined(__x86_64__)
 constexpr Activations kDefaultActivations = Activations::kQ8;
 #else
