@@ -25,7 +25,7 @@ llama.cpp's error is reported next to ours. (In F32 the two agree to about 5e-7;
 Q8_0/Q4_0 llama.cpp rounds the activations to 16 or 8 bits before its dot products, while we widen
 the weights exactly (`--activations f32`, set here), so there llama.cpp is the one further from
 the exact answer.)
-Usage: bench/llamacpp/gguf_check.py [--llamacpp DIR] [--astrai BIN] [--json OUT]
+Usage: bench/llamacpp/gguf_check.py [--llamacpp DIR] [--astrai BIN] [--json OUT] [--only NAME-PART]
 """
 import argparse
 import json
@@ -155,6 +155,7 @@ def main():
                     help="llama.cpp clone + build of bench/llamacpp/build.sh (default build/llamacpp)")
     ap.add_argument("--astrai", default=os.path.join(ROOT, "build", "release", "src", "astrai"))
     ap.add_argument("--json", help="write the rows here")
+    ap.add_argument("--only", help="only the random-weight models whose name contains this (no vocabularies)")
     a = ap.parse_args()
     sys.path.insert(0, os.path.join(a.llamacpp, "src", "gguf-py"))
     os.environ["ASTRAI_BIN"] = a.astrai  # for the test helpers below
@@ -178,6 +179,8 @@ def main():
                 for t, s in zip(theirs, ids_list)]
 
     for name, cfg in go.MODELS.items():
+        if a.only and a.only not in name:
+            continue
         c = of.Cfg(cfg)
         W = of.random_weights(c)
         k_quants = ["Q4_K", "Q6_K", "Q4_K_M"] if name == "llama_q4_k" else []
@@ -196,7 +199,7 @@ def main():
                     rows.append(compare(label, q, score_all(qpath, cfg, seqs(c.vocab))))
 
     texts = go.TEXTS
-    for vocab, (kind, pre) in go.VOCABS.items():
+    for vocab, (kind, pre) in ({} if a.only else go.VOCABS).items():
         path = os.path.join(tmp, "vocab_%s.gguf" % vocab)
         n = json.load(open(os.path.join(go.vocab_dir(vocab), "tokenizer.json")))["added_tokens"][-1]["id"] + 1
         n = max(n, len(json.load(open(os.path.join(go.vocab_dir(vocab), "tokenizer.json")))["model"]["vocab"]))

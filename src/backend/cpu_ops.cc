@@ -116,8 +116,13 @@ class CpuOps final : public Ops {
   }
 
   void rope_tables(const double* inv_freq, int64_t half, const int32_t* positions, int64_t n, bool f32_angle,
-                   float* cos, float* sin) const override {
+                   float scale, float* cos, float* sin) const override {
     kernels::rope_sincos(inv_freq, half, positions, n, f32_angle, cos, sin);
+    if (scale == 1.0f) return;
+    for (int64_t i = 0; i < n * half; ++i) {
+      cos[i] *= scale;
+      sin[i] *= scale;
+    }
   }
 
   void rope(float* x, int64_t tokens, int64_t heads, int64_t head_stride, int64_t rot_offset, int64_t half,

@@ -92,9 +92,10 @@ class Ops {
                            float* x_out, float* y, float* rstd) const = 0;
   // out = a + b elementwise (out may alias a or b).
   virtual void add(const float* a, const float* b, int64_t n, float* out) const = 0;
-  // RoPE tables [n, half] for the given inverse frequencies (kernels/cpu/rope.h's rope_sincos).
+  // RoPE tables [n, half] for the given inverse frequencies (kernels/cpu/rope.h's rope_sincos),
+  // each entry then multiplied by scale in f32 (YaRN's attention factor; 1 leaves them as they are).
   virtual void rope_tables(const double* inv_freq, int64_t half, const int32_t* positions, int64_t n, bool f32_angle,
-                           float* cos, float* sin) const = 0;
+                           float scale, float* cos, float* sin) const = 0;
   // Rotates dims [rot_offset, rot_offset + 2·half) of each head of x[tokens, heads, head_stride]
   // in place; inverse rotates back (the backward).
   virtual void rope(float* x, int64_t tokens, int64_t heads, int64_t head_stride, int64_t rot_offset, int64_t half,

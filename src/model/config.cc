@@ -63,6 +63,30 @@ bool bool_field(const Json& j, const char* hf, const char* alias, bool fallback,
   return has_hf ? a : b;
 }
 
+// YaRN's optional fields, with Hugging Face's defaults (a missing, null or zero beta takes its
+// default, as `get("beta_fast") or 32` does there).
+void parse_yarn(const Json& r, const std::string& w, RopeScaling& rs) {
+  auto number = [&](const char* name, double fallback) {
+    const double v = json_optional<double>(r, name, 0.0, w);
+    if (!std::isfinite(v) || v < 0) fail(w, ": ", name, " must be a non-negative number, got ", v);
+    return v == 0.0 ? fallback : v;
+  };
+  rs.beta_fast = number("beta_fast", 32.0);
+  rs.beta_slow = number("beta_slow", 1.0);
+  if (!(rs.beta_fast > rs.beta_slow))
+    fail(w, ": beta_fast (", rs.beta_fast, ") must be greater than beta_slow (", rs.beta_slow, ")");
+  rs.truncate = json_optional<bool>(r, "truncate", true, w);
+  // 0.1 m ln(s) + 1: the paper's attention temperature, m = 1 unless the config scales it.
+  auto mscale = [&](double m) { return rs.factor <= 1.0 ? 1.0 : 0.1 * m * std::log(rs.factor) + 1.0; };
+  const double m = number("mscale", 0.0), m_all = number("mscale_all_dim", 0.0);
+  rs.attention_factor = m > 0 && m_all > 0 ? mscale(m) / mscale(m_all) : mscale(1.0);
+  if (r.contains("attention_factor") && !r["attention_factor"].is_null()) {
+    rs.attention_factor = json_required<double>(r, "attention_factor", w);
+    if (!(rs.attention_factor > 0) || !std::isfinite(rs.attention_factor))
+      fail(w, ": attention_factor must be a positive number, got ", rs.attention_factor);
+  }
+}
+
 RopeScaling parse_rope_scaling(const Json& j, int64_t max_pos, const std::string& where) {
   RopeScaling rs;
   auto it = j.find("rope_scaling");
@@ -94,8 +118,10 @@ RopeScaling parse_rope_scaling(const Json& j, int64_t max_pos, const std::string
     rs.type = RopeScalingType::kDynamic;
   } else if (type == "llama3") {
     rs.type = RopeScalingType::kLlama3;
+  } else if (type == "yarn") {
+    rs.type = RopeScalingType::kYarn;
   } else {
-    fail(w, ": unsupported rope_type \"", type, "\" (supported: default, linear, dynamic, llama3, freq_factors)");
+    fail(w, ": unsupported rope_type \"", type, "\" (supported: default, linear, dynamic, llama3, yarn, freq_factors)");
   }
   rs.factor = json_required<double>(r, "factor", w);
   if (!(rs.factor >= 1.0) || !std::isfinite(rs.factor)) fail(w, ": factor must be >= 1, got ", rs.factor);
@@ -108,7 +134,8 @@ RopeScaling parse_rope_scaling(const Json& j, int64_t max_pos, const std::string
     if (!r.contains("original_max_position_embeddings"))
       fail(w, ": llama3 needs \"original_max_position_embeddings\"");
   }
-  if ((rs.type == RopeScalingType::kDynamic || rs.type == RopeScalingType::kLlama3) &&
+  if (rs.type == RopeScalingType::kYarn) parse_yarn(r, w, rs);
+  if ((rs.type == RopeScalingType::kDynamic || rs.type == RopeScalingType::kLlama3 || rs.type == RopeScalingType::kYarn) &&
       rs.original_max_position_embeddings <= 0)
     fail(w, ": needs a positive original_max_position_embeddings or max_position_embeddings");
   return rs;
@@ -123,6 +150,7 @@ const char* rope_scaling_name(RopeScalingType t) {
     case RopeScalingType::kDynamic: return "dynamic";
     case RopeScalingType::kLlama3: return "llama3";
     case RopeScalingType::kFreqFactors: return "freq_factors";
+    case RopeScalingType::kYarn: return "yarn";
   }
   return "?";
 }
@@ -361,6 +389,12 @@ Json ModelConfig::to_json() const {
     if (rope_scaling.type == RopeScalingType::kLlama3) {
       r["low_freq_factor"] = rope_scaling.low_freq_factor;
       r["high_freq_factor"] = rope_scaling.high_freq_factor;
+    }
+    if (rope_scaling.type == RopeScalingType::kYarn) {
+      r["beta_fast"] = rope_scaling.beta_fast;
+      r["beta_slow"] = rope_scaling.beta_slow;
+      r["truncate"] = rope_scaling.truncate;
+      r["attention_factor"] = rope_scaling.attention_factor;
     }
     if (rope_scaling.original_max_position_embeddings > 0)
       r["original_max_position_embeddings"] = rope_scaling.original_max_position_embeddings;

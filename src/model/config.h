@@ -19,7 +19,10 @@ using kernels::RopePairing;
 
 // kFreqFactors: each rotated pair's frequency divided by its own factor (llama.cpp's rope_freqs
 // tensor, how GGUF files carry llama3 scaling): {"rope_type": "freq_factors", "freq_factors": [...]}.
-enum class RopeScalingType { kNone, kLinear, kDynamic, kLlama3, kFreqFactors };
+// kYarn: YaRN (Peng et al. 2023) as Hugging Face computes it: each pair's frequency blends the
+// original and the factor-interpolated one by a linear ramp over the pairs between the beta_fast
+// and beta_slow correction dimensions, and cos/sin are multiplied by the attention factor.
+enum class RopeScalingType { kNone, kLinear, kDynamic, kLlama3, kFreqFactors, kYarn };
 
 struct RopeScaling {
   RopeScalingType type = RopeScalingType::kNone;
@@ -29,6 +32,12 @@ struct RopeScaling {
   double low_freq_factor = 1.0;
   double high_freq_factor = 4.0;
   int64_t original_max_position_embeddings = 0;
+  // yarn: the ramp's ends in rotations, whether they are rounded out to whole pairs, and the
+  // attention factor (given, or from mscale / mscale_all_dim, or 0.1 ln(factor) + 1).
+  double beta_fast = 32.0;
+  double beta_slow = 1.0;
+  bool truncate = true;
+  double attention_factor = 1.0;
 };
 
 enum class AttentionKind { kGqa, kMla };

@@ -1,6 +1,7 @@
 #include "model/gguf_checkpoint.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <map>
 #include <optional>
@@ -107,6 +108,23 @@ Tensor mapped_tensor(const GgufFile& g, const GgufTensorRecord& r) {
   return Tensor(make_mapped_storage(g.file, r.offset, bytes), 0, std::move(shape), *dtype);
 }
 
+// llama.cpp's YaRN metadata as a Hugging Face rope_scaling object. The attention factor is what
+// llama.cpp multiplies cos/sin by in the end: the paper's 0.1 ln(factor) + 1 (or, with
+// yarn_log_multiplier m, its ratio to 0.1 m ln(factor) + 1), times rope.scaling.attn_factor.
+Json gguf_yarn(const GgufFile& g, const std::string& a, double factor, int64_t context_length) {
+  auto mscale = [&](double m) { return factor <= 1.0 ? 1.0 : 0.1 * m * std::log(factor) + 1.0; };
+  const double log_mul = meta<double>(g, a + "rope.scaling.yarn_log_multiplier").value_or(0.0);
+  const double attention = (log_mul != 0.0 ? mscale(1.0) / mscale(log_mul) : mscale(1.0)) *
+                           meta<double>(g, a + "rope.scaling.attn_factor").value_or(1.0);
+  return {{"rope_type", "yarn"},
+          {"factor", factor},
+          {"original_max_position_embeddings",
+           meta<int64_t>(g, a + "rope.scaling.original_context_length").value_or(context_length)},
+          {"beta_fast", meta<double>(g, a + "rope.scaling.yarn_beta_fast").value_or(32.0)},
+          {"beta_slow", meta<double>(g, a + "rope.scaling.yarn_beta_slow").value_or(1.0)},
+          {"attention_factor", attention}};
+}
+
 }  // namespace
 
 std::string ggml_type_name(uint32_t type) {
@@ -173,8 +191,10 @@ Json gguf_hf_config(const GgufFile& g) {
     if (scaling != "none" || factor != 1.0) fail(path, ": rope_freqs.weight together with ", a, "rope.scaling.*");
   } else if (scaling == "linear" || (scaling == "none" && factor != 1.0)) {
     c["rope_scaling"] = {{"rope_type", "linear"}, {"factor", factor}};
+  } else if (scaling == "yarn") {
+    c["rope_scaling"] = gguf_yarn(g, a, factor, c["max_position_embeddings"].get<int64_t>());
   } else if (scaling != "none") {
-    fail(path, ": RoPE scaling \"", scaling, "\" is not supported (none, linear)");
+    fail(path, ": RoPE scaling \"", scaling, "\" is not supported (none, linear, yarn)");
   }
   const int64_t vocab = meta<int64_t>(g, a + "vocab_size").value_or(
       g.metadata.contains("tokenizer.ggml.tokens") ? static_cast<int64_t>(g.metadata["tokenizer.ggml.tokens"].size()) : 0);

@@ -23,7 +23,45 @@ Tensor f32_vector(const Tensor& t) {
   return t.to(DType::kF32);
 }
 
+// YaRN's correction range: the pairs [low, high] over which each frequency moves from the
+// original (pairs below low: fast rotations, kept) to the interpolated one (above high).
+// Hugging Face's find_correction_range, in double as there.
+struct YarnRamp {
+  double low = 0, high = 1;
+};
+
+YarnRamp yarn_ramp(const RopeScaling& rs, int64_t dim, double base) {
+  const double d = static_cast<double>(dim);
+  const double orig = static_cast<double>(rs.original_max_position_embeddings);
+  auto correction_dim = [&](double rotations) {
+    return d * std::log(orig / (rotations * 2.0 * std::numbers::pi)) / (2.0 * std::log(base));
+  };
+  double low = correction_dim(rs.beta_fast), high = correction_dim(rs.beta_slow);
+  if (rs.truncate) {
+    low = std::floor(low);
+    high = std::ceil(high);
+  }
+  YarnRamp r{std::max(low, 0.0), std::min(high, d - 1.0)};
+  if (r.low == r.high) r.high += 0.001;  // as there: no division by zero
+  return r;
+}
+
+// One pair's YaRN frequency with Hugging Face's f32 steps: p = base^(2i/dim) (f32), the ramp
+// clamp((i - low) / (high - low), 0, 1) in f32, extrapolation factor e = 1 - ramp, and
+// 1/(factor p) * (1 - e) + 1/p * e.
+float yarn_blend_f32(float p, double factor, const YarnRamp& r, int64_t i) {
+  const float extrapolation = 1.0f / p;
+  const float interpolation = 1.0f / (static_cast<float>(factor) * p);
+  const float lin = (static_cast<float>(i) - static_cast<float>(r.low)) / static_cast<float>(r.high - r.low);
+  const float e = 1.0f - std::clamp(lin, 0.0f, 1.0f);
+  return interpolation * (1.0f - e) + extrapolation * e;
+}
+
 }  // namespace
+
+float rope_attention_factor(const ModelConfig& c) {
+  return c.rope_scaling.type == RopeScalingType::kYarn ? static_cast<float>(c.rope_scaling.attention_factor) : 1.0f;
+}
 
 std::vector<double> rope_inv_freq(const ModelConfig& c, int64_t seq_len) {
   std::vector<double> inv;
@@ -44,14 +82,21 @@ void rope_inv_freq_into(const ModelConfig& c, int64_t seq_len, std::vector<doubl
   }
   inv.resize(static_cast<size_t>(half));  // no allocation once sized
   const bool f32 = hf_rope_precision(c);
+  const YarnRamp ramp = rs.type == RopeScalingType::kYarn ? yarn_ramp(rs, dim, base) : YarnRamp{};
   for (int64_t i = 0; i < half; ++i) {
     if (f32) {
       // 1.0 / (base ** (arange(0, dim, 2).float() / dim)), every step in f32.
       const float e = static_cast<float>(2 * i) / static_cast<float>(dim);
       const float p = static_cast<float>(std::pow(static_cast<double>(static_cast<float>(base)), static_cast<double>(e)));
       inv[static_cast<size_t>(i)] = 1.0f / p;
+      if (rs.type == RopeScalingType::kYarn) inv[static_cast<size_t>(i)] = yarn_blend_f32(p, rs.factor, ramp, i);
     } else {
       inv[static_cast<size_t>(i)] = std::pow(base, -static_cast<double>(2 * i) / static_cast<double>(dim));
+      if (rs.type == RopeScalingType::kYarn) {  // the same blend in double
+        const double p = std::pow(base, static_cast<double>(2 * i) / static_cast<double>(dim));
+        const double r = std::clamp((static_cast<double>(i) - ramp.low) / (ramp.high - ramp.low), 0.0, 1.0);
+        inv[static_cast<size_t>(i)] = 1.0 / (rs.factor * p) * r + 1.0 / p * (1.0 - r);
+      }
     }
   }
   if (rs.type == RopeScalingType::kFreqFactors) {  // llama.cpp: theta / freq_factor
@@ -188,6 +233,7 @@ void Transformer::rope_tables(const Batch& b, ForwardWorkspace& ws) const {
   float* sin = ws.sin_.grow(*ops_, static_cast<size_t>(t * half));
   const bool f32 = hf_rope_precision(config_);
   const bool dynamic = config_.rope_scaling.type == RopeScalingType::kDynamic;
+  const float scale = rope_attention_factor(config_);
   if (!dynamic) rope_inv_freq_into(config_, 0, ws.inv_freq_);
   for (const SeqSpan& sp : b.seqs) {
     if (sp.num_tokens == 0) continue;
@@ -198,7 +244,7 @@ void Transformer::rope_tables(const Batch& b, ForwardWorkspace& ws) const {
       const int32_t max_pos = *std::max_element(pos, pos + sp.num_tokens);
       rope_inv_freq_into(config_, static_cast<int64_t>(max_pos) + 1, ws.inv_freq_);
     }
-    ops_->rope_tables(ws.inv_freq_.data(), half, pos, sp.num_tokens, f32, cos + sp.token_begin * half,
+    ops_->rope_tables(ws.inv_freq_.data(), half, pos, sp.num_tokens, f32, scale, cos + sp.token_begin * half,
                       sin + sp.token_begin * half);
   }
 }

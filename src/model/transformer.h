@@ -96,5 +96,7 @@ class Transformer {
 std::vector<double> rope_inv_freq(const ModelConfig& config, int64_t seq_len);
 // The same into a reused vector (no allocation once sized).
 void rope_inv_freq_into(const ModelConfig& config, int64_t seq_len, std::vector<double>& out);
+// What the cos/sin tables are multiplied by: YaRN's attention factor, else 1.
+float rope_attention_factor(const ModelConfig& config);
 
 }  // namespace astrai::model

@@ -84,6 +84,7 @@ void TrainModel::prepare(const TrainBatch& batch) {
   rope_sin_.resize(static_cast<size_t>(T * half));
   const bool dynamic = cfg_.rope_scaling.type == model::RopeScalingType::kDynamic;
   const bool f32 = f32_rope_angles(cfg_);
+  const float scale = model::rope_attention_factor(cfg_);
   int64_t covered = 0;
   seqs_.clear();
   for (const auto& sp : batch.docs) {
@@ -96,7 +97,7 @@ void TrainModel::prepare(const TrainBatch& batch) {
       const int32_t max_pos = *std::max_element(pos, pos + sp.len);
       model::rope_inv_freq_into(cfg_, static_cast<int64_t>(max_pos) + 1, inv_freq_);
     }
-    ops_.rope_tables(inv_freq_.data(), half, pos, sp.len, f32, rope_cos_.data() + sp.begin * half,
+    ops_.rope_tables(inv_freq_.data(), half, pos, sp.len, f32, scale, rope_cos_.data() + sp.begin * half,
                      rope_sin_.data() + sp.begin * half);
   }
   ASTRAI_CHECK(covered == T, "training batch: documents cover ", covered, " of ", T, " tokens");

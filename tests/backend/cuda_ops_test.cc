@@ -168,9 +168,9 @@ TEST_F(CudaOps, RopeTablesAndRotation) {
   std::vector<int32_t> pos(tokens);
   for (int64_t i = 0; i < tokens; ++i) pos[i] = static_cast<int32_t>(i * 37 % 1000);
   std::vector<float> cos(tokens * half), sin(tokens * half);
-  cpu().rope_tables(inv.data(), half, pos.data(), tokens, true, cos.data(), sin.data());
+  cpu().rope_tables(inv.data(), half, pos.data(), tokens, true, 1.0f, cos.data(), sin.data());
   Dev<float> gcos(cos.size()), gsin(sin.size());
-  gpu().rope_tables(inv.data(), half, pos.data(), tokens, true, gcos.p(), gsin.p());
+  gpu().rope_tables(inv.data(), half, pos.data(), tokens, true, 1.0f, gcos.p(), gsin.p());
   expect_close(gcos.back(), cos, 0, "rope cos");
   expect_close(gsin.back(), sin, 0, "rope sin");
   for (auto pairing : {kernels::RopePairing::kHalf, kernels::RopePairing::kAdjacent})

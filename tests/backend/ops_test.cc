@@ -186,7 +186,7 @@ TEST(BackendOps, RopeInverseUndoesTheRotation) {
   for (int64_t f = 0; f < half; ++f) inv[f] = std::pow(10000.0, -2.0 * f / (2 * half));
   const std::vector<int32_t> pos = {0, 1, 2, 7, 100, 3};
   std::vector<float> cos(tokens * half), sin(tokens * half);
-  ops().rope_tables(inv.data(), half, pos.data(), tokens, true, cos.data(), sin.data());
+  ops().rope_tables(inv.data(), half, pos.data(), tokens, true, 1.0f, cos.data(), sin.data());
   EXPECT_EQ(cos[0], 1.0f);
   EXPECT_NEAR(sin[4 * half], std::sin(100.0f), 1e-6);
   for (auto pairing : {kernels::RopePairing::kHalf, kernels::RopePairing::kAdjacent}) {

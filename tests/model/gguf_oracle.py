@@ -18,7 +18,7 @@ Checks:
     clear messages.
 The comparison with llama.cpp's own inference on the same files is bench/llamacpp/gguf_check.py
 (it needs the llama.cpp build of bench/llamacpp/build.sh).
-Usage: gguf_oracle.py   (ASTRAI_BIN names the binary, ASTRAI_ASSETS the assets directory)
+Usage: gguf_oracle.py [--only NAME-PART]   (ASTRAI_BIN names the binary, ASTRAI_ASSETS the assets directory)
 """
 import json
 import math
@@ -47,6 +47,8 @@ MODELS = {
     "qwen3_qknorm": of.base("qwen3", num_attention_heads=8, num_key_value_heads=1, head_dim=24),
     # llama3 RoPE scaling, which the converter writes as per-pair frequency factors (rope_freqs).
     "llama3_freq_factors": of.MODELS["llama_gqa4_llama3"][0],
+    # YaRN, which the converter writes as rope.scaling.type "yarn", factor and original context.
+    "qwen2_yarn": of.MODELS["qwen2_gqa2_yarn"][0],
     # Every matrix width a multiple of 256, for Q4_K's super-blocks.
     "llama_q4_k": of.base("llama", hidden_size=256, intermediate_size=512, num_attention_heads=4,
                           num_key_value_heads=2),
@@ -132,6 +134,10 @@ def write_model_meta(wr, cfg, ttype, vocab=None):
         wr.add_value_length(c.hd)
     if cfg.get("rope_scaling", {}).get("rope_type") == "llama3":
         pass  # a rope_freqs tensor (write_model_gguf)
+    elif cfg.get("rope_scaling", {}).get("rope_type") == "yarn":
+        wr.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+        wr.add_rope_scaling_factor(cfg["rope_scaling"]["factor"])
+        wr.add_rope_scaling_orig_ctx_len(cfg["rope_scaling"]["original_max_position_embeddings"])
     elif cfg.get("rope_scaling"):
         wr.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
         wr.add_rope_scaling_factor(cfg["rope_scaling"]["factor"])
@@ -441,11 +447,14 @@ def main():
         gguf = g
         lv = qo.levels()
         print("levels: %s" % ", ".join(lv))
+        only = sys.argv[sys.argv.index("--only") + 1] if "--only" in sys.argv else None
         for name in MODELS:
-            test_model(name, tmp, lv)
-        for vocab in VOCABS:
-            test_vocab(vocab, tmp)
-        test_errors(tmp)
+            if not only or only in name:
+                test_model(name, tmp, lv)
+        if not only:
+            for vocab in VOCABS:
+                test_vocab(vocab, tmp)
+            test_errors(tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return of.verdict()

@@ -131,6 +131,28 @@ TEST(ModelConfig, ReferenceAliasesAndRoundTrip) {
   ASSERT_EQ(divided.size(), plain.size());
   EXPECT_EQ(divided.front(), plain.front());
   EXPECT_EQ(static_cast<float>(divided.back()), static_cast<float>(plain.back()) / 8.0f);
+
+  // YaRN: the defaults (betas 32/1, rounded range, attention factor 0.1 ln(factor) + 1) survive
+  // the round trip; the fastest pair keeps its frequency, the slowest is divided by the factor.
+  Json y = llama_json();
+  y["rope_scaling"] = Json{{"rope_type", "yarn"}, {"factor", 4.0}};
+  const ModelConfig yc = ModelConfig::from_json(y);
+  EXPECT_EQ(yc.rope_scaling.type, RopeScalingType::kYarn);
+  EXPECT_EQ(yc.rope_scaling.beta_fast, 32.0);
+  EXPECT_EQ(yc.rope_scaling.original_max_position_embeddings, yc.max_position_embeddings);
+  EXPECT_DOUBLE_EQ(yc.rope_scaling.attention_factor, 0.1 * std::log(4.0) + 1.0);
+  EXPECT_EQ(rope_attention_factor(yc), static_cast<float>(0.1 * std::log(4.0) + 1.0));
+  EXPECT_EQ(ModelConfig::from_json(yc.to_json()).to_json(), yc.to_json());
+  const std::vector<double> yarn = rope_inv_freq(yc, 0);
+  EXPECT_EQ(yarn.front(), plain.front());
+  EXPECT_FLOAT_EQ(static_cast<float>(yarn.back()), static_cast<float>(plain.back() / 4.0));
+  y["rope_scaling"]["mscale"] = 0.5;
+  y["rope_scaling"]["mscale_all_dim"] = 1.0;
+  EXPECT_DOUBLE_EQ(ModelConfig::from_json(y).rope_scaling.attention_factor,
+                   (0.05 * std::log(4.0) + 1.0) / (0.1 * std::log(4.0) + 1.0));
+  y["rope_scaling"]["attention_factor"] = 1.5;  // given: wins over mscale
+  EXPECT_EQ(ModelConfig::from_json(y).rope_scaling.attention_factor, 1.5);
+  EXPECT_EQ(rope_attention_factor(ModelConfig::from_json(llama_json())), 1.0f);
 }
 
 // Quantized checkpoints: the format, and matrices stored in another one (--embedding-type).
@@ -184,6 +206,15 @@ TEST(ModelConfig, ErrorsNameTheProblem) {
   j = llama_json();
   j["rope_scaling"] = Json{{"rope_type", "linear"}, {"type", "dynamic"}, {"factor", 2.0}};
   EXPECT_NE(err(j).find("contradictory"), std::string::npos);
+  j["rope_scaling"] = Json{{"rope_type", "yarn"}, {"factor", 2.0}, {"beta_fast", 1.0}, {"beta_slow", 4.0}};
+  EXPECT_NE(err(j).find("beta_fast (1) must be greater than beta_slow (4)"), std::string::npos);
+  j["rope_scaling"] = Json{{"rope_type", "yarn"}, {"factor", 2.0}, {"attention_factor", -1.0}};
+  EXPECT_NE(err(j).find("attention_factor must be a positive number"), std::string::npos);
+  j["rope_scaling"] = Json{{"rope_type", "yarn"}, {"factor", 0.5}};
+  EXPECT_NE(err(j).find("factor must be >= 1"), std::string::npos);
+  j["rope_scaling"] = Json{{"rope_type", "longrope"}, {"factor", 2.0}};
+  EXPECT_NE(err(j).find("unsupported rope_type \"longrope\" (supported: default, linear, dynamic, llama3, yarn,"),
+            std::string::npos);
   j = llama_json();
   j["model_type"] = "autoregressive_lm";
   j["n_layers"] = 5;

@@ -196,7 +196,46 @@ def inv_freq(c, seq_len):
         smoothed = (1 - smooth) * inv_l / factor + smooth * inv_l
         medium = ~(wavelen < high_wl) * ~(wavelen > low_wl)
         inv = torch.where(medium, smoothed, inv_l)
+    elif kind == "yarn":
+        inv = yarn_inv_freq(c, s)
     return inv
+
+
+def yarn_mscale(factor, m=1.0):
+    return 1.0 if factor <= 1 else 0.1 * m * math.log(factor) + 1.0
+
+
+def yarn_attention_factor(s):
+    """Hugging Face's _compute_yarn_parameters: attention_factor, or from mscale / mscale_all_dim."""
+    if s.get("attention_factor") is not None:
+        return s["attention_factor"]
+    if s.get("mscale") and s.get("mscale_all_dim"):
+        return yarn_mscale(s["factor"], s["mscale"]) / yarn_mscale(s["factor"], s["mscale_all_dim"])
+    return yarn_mscale(s["factor"])
+
+
+def yarn_inv_freq(c, s):
+    """YaRN frequencies, Hugging Face's _compute_yarn_parameters step by step (f32 tensors, the
+    correction range in Python floats; float64 tensors for the reference AstrAI)."""
+    dim, base, factor = c.rope, c.theta, s["factor"]
+    orig = s.get("original_max_position_embeddings") or c.max_pos
+    beta_fast, beta_slow = s.get("beta_fast") or 32, s.get("beta_slow") or 1
+    dt = torch.float64 if c.own else torch.float32
+
+    def correction_dim(rot):
+        return (dim * math.log(orig / (rot * 2 * math.pi))) / (2 * math.log(base))
+
+    low, high = correction_dim(beta_fast), correction_dim(beta_slow)
+    if s.get("truncate", True):
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, dim - 1)
+    if low == high:
+        high += 0.001
+    ramp = torch.clamp((torch.arange(dim // 2, dtype=dt) - low) / (high - low), 0, 1)
+    pos_freqs = base ** (torch.arange(0, dim, 2).to(dt) / dim)
+    extrapolation, interpolation = 1.0 / pos_freqs, 1.0 / (factor * pos_freqs)
+    e = 1 - ramp
+    return interpolation * (1 - e) + extrapolation * e
 
 
 def cos_sin(c, positions):
@@ -205,7 +244,12 @@ def cos_sin(c, positions):
         freqs = torch.outer(torch.tensor(positions, dtype=torch.float64), inv)
     else:
         freqs = inv[None, :].float() * torch.tensor(positions, dtype=torch.float32)[:, None]
-    return freqs.cos().float(), freqs.sin().float()
+    cos, sin = freqs.cos().float(), freqs.sin().float()
+    s = c.scaling or {}
+    if s.get("rope_type", s.get("type")) == "yarn":  # HF: cos/sin times the attention factor
+        a = yarn_attention_factor(s)
+        cos, sin = cos * a, sin * a
+    return cos, sin
 
 
 def apply_rope(x, cos, sin, adjacent):
@@ -344,6 +388,16 @@ MODELS = {
     "qwen3_qknorm_mqa8_dynamic_bf16": (base("qwen3", num_attention_heads=8, num_key_value_heads=1, head_dim=24,
                                             max_position_embeddings=16,
                                             rope_scaling={"rope_type": "dynamic", "factor": 2.0}), "BF16", 1, False),
+    # YaRN as Qwen's model cards configure it (factor 4, the defaults otherwise), and with every
+    # optional field: betas, DeepSeek's mscale pair, no rounding of the correction range.
+    "qwen2_gqa2_yarn": (base("qwen2", hidden_size=128, num_attention_heads=4, num_key_value_heads=2,
+                             max_position_embeddings=256,
+                             rope_scaling={"rope_type": "yarn", "factor": 4.0,
+                                           "original_max_position_embeddings": 64}), "F32", 1, False),
+    "llama_yarn_mscale_untruncated": (base("llama", hidden_size=128, num_attention_heads=4, rope_theta=50000.0,
+                                           rope_scaling={"type": "yarn", "factor": 3.0, "beta_fast": 24.0,
+                                                         "beta_slow": 2.0, "mscale": 0.9, "mscale_all_dim": 0.7,
+                                                         "truncate": False}), "F32", 1, False),
     "mistral_gqa8_f16": (base("mistral", hidden_size=128, num_attention_heads=8, num_key_value_heads=1,
                               sliding_window=None), "F16", 1, False),
     "arlm_gqa_gate_qknorm": (base("autoregressive_lm", num_attention_heads=8, num_key_value_heads=2,
@@ -478,7 +532,7 @@ def test_errors(tmp):
         ("missing_hidden", {"hidden_size": None}, 'missing required field "hidden_size"'),
         ("heads_kv", {"num_key_value_heads": 3}, "is not a multiple of num_key_value_heads"),
         ("head_div", {"num_attention_heads": 5, "num_key_value_heads": 5}, "not divisible"),
-        ("rope_type", {"rope_scaling": {"rope_type": "yarn", "factor": 2.0}}, 'unsupported rope_type "yarn"'),
+        ("rope_type", {"rope_scaling": {"rope_type": "longrope", "factor": 2.0}}, 'unsupported rope_type "longrope"'),
         ("act", {"hidden_act": "gelu"}, 'unsupported hidden_act "gelu"'),
         ("mla_on_llama", {"kv_lora_rank": 8}, 'field "kv_lora_rank" is not supported'),
     ]:

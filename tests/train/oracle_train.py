@@ -65,6 +65,15 @@ CONFIGS = {
                     rope_scaling=dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0,
                                       high_freq_factor=4.0, original_max_position_embeddings=16)),
         label_smoothing=0.0, docs=[[21, 8], [15, 11, 6]]),
+    # YaRN RoPE scaling (Qwen's recipe: factor 4, default betas): frequencies blended per pair and
+    # cos/sin times the attention factor, forward and backward.
+    "qwen2_yarn": dict(
+        config=dict(model_type="qwen2", vocab_size=53, hidden_size=32, num_hidden_layers=2,
+                    num_attention_heads=2, num_key_value_heads=1, intermediate_size=40,
+                    rms_norm_eps=1e-6, rope_theta=10000.0, tie_word_embeddings=True,
+                    max_position_embeddings=64,
+                    rope_scaling=dict(rope_type="yarn", factor=4.0, original_max_position_embeddings=16)),
+        label_smoothing=0.0, docs=[[9, 12, 3], [7, 10, 5, 2]]),
     # SFT (masked CE: prompt tokens excluded), linear scaling, activation recomputation.
     "sft_linear_recompute": dict(
         config=dict(model_type="qwen3", vocab_size=71, hidden_size=32, num_hidden_layers=2,

@@ -550,13 +550,13 @@ class CudaOps final : public Ops {
     check_launch("add");
   }
 
-  // The tables are computed on the host by the CPU kernel (the same bits) and copied over.
+  // The tables are computed on the host by the CPU backend (the same bits) and copied over.
   void rope_tables(const double* inv_freq, int64_t half, const int32_t* positions, int64_t n, bool f32_angle,
-                   float* cos, float* sin) const override {
+                   float scale, float* cos, float* sin) const override {
     std::lock_guard<std::mutex> lock(mu_);
     host_cos_.resize(static_cast<size_t>(n * half));
     host_sin_.resize(static_cast<size_t>(n * half));
-    kernels::rope_sincos(inv_freq, half, positions, n, f32_angle, host_cos_.data(), host_sin_.data());
+    astrai::backend::cpu_ops().rope_tables(inv_freq, half, positions, n, f32_angle, scale, host_cos_.data(), host_sin_.data());
     const size_t bytes = host_cos_.size() * sizeof(float);
     check_cuda(cudaMemcpy(cos, host_cos_.data(), bytes, cudaMemcpyHostToDevice), "rope tables");
     check_cuda(cudaMemcpy(sin, host_sin_.data(), bytes, cudaMemcpyHostToDevice), "rope tables");
