@@ -129,7 +129,8 @@ void run_info(const InfoOptions& o) {
   std::printf("KV cache:     %s per token with f32 elements, %s with bf16 (all layers)\n",
               human(static_cast<double>(m.kv_bytes_per_token())).c_str(),
               human(static_cast<double>(m.kv_bytes_per_token(DType::kBF16))).c_str());
-  std::printf("context:      %lld positions\n", static_cast<long long>(c.max_position_embeddings));
+  std::printf("context:      %lld positions%s\n", static_cast<long long>(c.context_length()),
+              c.context_length() > c.max_position_embeddings ? " (YaRN: original context x factor)" : "");
   if (rss >= 0) std::printf("resident:     %s after loading (mapped pages are read on first use)\n", human(rss).c_str());
   print_cpu();
 }

@@ -22,7 +22,7 @@ class TransformerBackend : public ForwardBackend {
     info_.num_kv_heads = g.num_kv_heads;
     info_.k_head_dim = g.k_head_dim;
     info_.v_head_dim = g.v_head_dim;
-    info_.max_context = static_cast<int32_t>(std::min<int64_t>(c.max_position_embeddings, 1 << 30));
+    info_.max_context = static_cast<int32_t>(std::min<int64_t>(c.context_length(), 1 << 30));
     info_.eos_ids = c.eos_token_ids;
     info_.weight_dtype = model_->weights().embed_tokens.dtype();
     ws_.profile.enabled = true;  // two clock reads per operation: microseconds per step

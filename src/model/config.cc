@@ -1,5 +1,6 @@
 #include "model/config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 
@@ -142,6 +143,12 @@ RopeScaling parse_rope_scaling(const Json& j, int64_t max_pos, const std::string
 }
 
 }  // namespace
+
+int64_t ModelConfig::context_length() const {
+  if (rope_scaling.type != RopeScalingType::kYarn) return max_position_embeddings;
+  const double extended = static_cast<double>(rope_scaling.original_max_position_embeddings) * rope_scaling.factor;
+  return std::max<int64_t>(max_position_embeddings, static_cast<int64_t>(std::min(extended, 1e15)));
+}
 
 const char* rope_scaling_name(RopeScalingType t) {
   switch (t) {

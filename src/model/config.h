@@ -98,6 +98,9 @@ struct ModelConfig {
   // Dimensions of each q/k head that RoPE rotates: the trailing qk_rope_head_dim for MLA,
   // the whole head otherwise.
   int64_t rope_dim() const { return is_mla() ? qk_rope_head_dim : head_dim; }
+  // The longest context the engine serves: max_position_embeddings, or with YaRN the context it
+  // extends to, original_max_position_embeddings x factor, when larger (as vLLM takes it).
+  int64_t context_length() const;
   int64_t kv_groups() const { return num_attention_heads / num_key_value_heads; }
 
   // Parses and validates; `where` names the file in error messages.

@@ -143,6 +143,8 @@ TEST(ModelConfig, ReferenceAliasesAndRoundTrip) {
   EXPECT_DOUBLE_EQ(yc.rope_scaling.attention_factor, 0.1 * std::log(4.0) + 1.0);
   EXPECT_EQ(rope_attention_factor(yc), static_cast<float>(0.1 * std::log(4.0) + 1.0));
   EXPECT_EQ(ModelConfig::from_json(yc.to_json()).to_json(), yc.to_json());
+  EXPECT_EQ(yc.context_length(), 4 * yc.max_position_embeddings);  // what YaRN extends to
+  EXPECT_EQ(ModelConfig::from_json(llama_json()).context_length(), yc.max_position_embeddings);
   const std::vector<double> yarn = rope_inv_freq(yc, 0);
   EXPECT_EQ(yarn.front(), plain.front());
   EXPECT_FLOAT_EQ(static_cast<float>(yarn.back()), static_cast<float>(plain.back() / 4.0));
