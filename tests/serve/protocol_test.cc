@@ -175,12 +175,12 @@ TEST(OpenAiChat, StreamBytesAreExact) {
             "\"created\":1700000000,\"id\":\"chatcmpl-1\",\"model\":\"m\",\"object\":\"chat.completion.chunk\","
             "\"system_fingerprint\":null,\"usage\":null}\n\n");
   EXPECT_TRUE(w.all_finished());
-  EXPECT_EQ(w.finish({10, 2, 4}),
+  EXPECT_EQ(w.finish({10, 2, 4, {}}),
             "data: {\"choices\":[],\"created\":1700000000,\"id\":\"chatcmpl-1\",\"model\":\"m\",\"object\":"
             "\"chat.completion.chunk\",\"system_fingerprint\":null,\"usage\":{\"completion_tokens\":2,"
             "\"prompt_tokens\":10,\"prompt_tokens_details\":{\"cached_tokens\":4},\"total_tokens\":12}}\n\n"
             "data: [DONE]\n\n");
-  Json resp = w.response({10, 2, 4});
+  Json resp = w.response({10, 2, 4, {}});
   EXPECT_EQ(resp["choices"][0]["message"]["content"], "Hi");
   EXPECT_EQ(resp["choices"][0]["finish_reason"], "length");
   EXPECT_EQ(resp["object"], "chat.completion");
@@ -228,7 +228,7 @@ TEST(OpenAiChat, ToolCallsStreamAndFinishReason) {
   EXPECT_EQ(calls[1]["function"]["arguments"], "{\"city\":\"Paris\"}");
   std::string c = w.push(delta(0, {3}, "", FinishReason::kStop));
   EXPECT_NE(c.find("\"finish_reason\":\"tool_calls\""), std::string::npos);
-  Json resp = w.response({1, 3, 0});
+  Json resp = w.response({1, 3, 0, {}});
   EXPECT_EQ(resp["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"], "{\"city\":\"Paris\"}");
   EXPECT_EQ(resp["choices"][0]["message"]["content"], "ok ");
   EXPECT_EQ(resp["choices"][0]["finish_reason"], "tool_calls");
@@ -245,7 +245,7 @@ TEST(OpenAiChat, LogprobsAndManyChoices) {
   EXPECT_FALSE(w.all_finished());
   w.push(delta(1, {3}, "x", FinishReason::kStop));
   EXPECT_TRUE(w.all_finished());
-  Json resp = w.response({1, 2, 0});
+  Json resp = w.response({1, 2, 0, {}});
   ASSERT_EQ(resp["choices"].size(), 2u);
   const Json& lp = resp["choices"][0]["logprobs"]["content"][0];
   EXPECT_EQ(lp["token"], "\xEF\xBF\xBD");               // half a character shows as U+FFFD
@@ -275,7 +275,7 @@ TEST(OpenAiCompletions, PromptFormsEchoAndLogprobs) {
   infer::GenerationResult result;
   result.prompt_ids = {1, 2};
   result.prompt_logprobs = {{1, 0.0f, {}}, {2, -2.0f, {{4, -0.1f}}}};
-  Json resp = w.response(result, {2, 1, 0});
+  Json resp = w.response(result, {2, 1, 0, {}});
   const Json& c = resp["choices"][0];
   EXPECT_EQ(c["text"], "t1t2");  // score only: the prompt, nothing generated
   EXPECT_EQ(c["finish_reason"], "length");
@@ -287,7 +287,7 @@ TEST(OpenAiCompletions, PromptFormsEchoAndLogprobs) {
   auto gen = openai::parse_completion_request(Json::parse(R"({"prompt": [1, 2], "max_tokens": 1, "echo": true, "logprobs": 1})"), "m");
   openai::CompletionWriter w2("cmpl-2", "m", 5, gen, token_bytes);
   w2.push(d);
-  Json c2 = w2.response(result, {2, 1, 0})["choices"][0];
+  Json c2 = w2.response(result, {2, 1, 0, {}})["choices"][0];
   EXPECT_EQ(c2["text"], "t1t2t9");
   EXPECT_EQ(c2["logprobs"]["tokens"], Json::array({"t1", "t2", "t9"}));
   EXPECT_EQ(c2["logprobs"]["text_offset"], Json::array({0, 2, 4}));
@@ -303,7 +303,7 @@ TEST(OpenAiCompletions, StreamBytes) {
   EXPECT_EQ(w.push(delta(0, {3}, "abc", FinishReason::kStopString)),
             "data: {\"choices\":[{\"finish_reason\":\"stop\",\"index\":0,\"logprobs\":null,\"text\":\"abc\"}],\"created\":5,"
             "\"id\":\"cmpl-1\",\"model\":\"m\",\"object\":\"text_completion\",\"system_fingerprint\":null}\n\n");
-  EXPECT_EQ(w.finish({1, 1, 0}), "data: [DONE]\n\n");
+  EXPECT_EQ(w.finish({1, 1, 0, {}}), "data: [DONE]\n\n");
 }
 
 TEST(Anthropic, ParsesSystemBlocksToolsAndResults) {
@@ -352,7 +352,7 @@ TEST(Anthropic, StreamEventSequenceIsExact) {
   end.matched_stop = "END";
   out += w.push(end);
   EXPECT_TRUE(w.finished());
-  out += w.finish({12, 3, 0});
+  out += w.finish({12, 3, 0, {}});
   EXPECT_EQ(out,
             "event: message_start\ndata: {\"message\":{\"content\":[],\"id\":\"msg_1\",\"model\":\"m\",\"role\":\"assistant\","
             "\"stop_reason\":null,\"stop_sequence\":null,\"type\":\"message\",\"usage\":{\"input_tokens\":12,\"output_tokens\":0}},"
@@ -368,7 +368,7 @@ TEST(Anthropic, StreamEventSequenceIsExact) {
             "event: message_delta\ndata: {\"delta\":{\"stop_reason\":\"stop_sequence\",\"stop_sequence\":\"END\"},\"type\":"
             "\"message_delta\",\"usage\":{\"input_tokens\":12,\"output_tokens\":3}}\n\n"
             "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n");
-  Json resp = w.response({12, 3, 0});
+  Json resp = w.response({12, 3, 0, {}});
   EXPECT_EQ(resp["content"], Json::parse(R"([{"type":"text","text":"Hello"}])"));
   EXPECT_EQ(resp["stop_reason"], "stop_sequence");
   EXPECT_EQ(resp["stop_sequence"], "END");
@@ -383,14 +383,14 @@ TEST(Anthropic, ToolUseBlocksStream) {
   anthropic::MessagesWriter w("msg_1", "m", r, fake_tools());
   std::string out = w.start(1);
   out += w.push(delta(0, {1}, "Let me check. <call>get {\"city\":\"Paris\"}</call>", FinishReason::kStop));
-  out += w.finish({1, 1, 0});
+  out += w.finish({1, 1, 0, {}});
   EXPECT_NE(out.find("\"content_block\":{\"id\":\"toolu_"), std::string::npos) << out;
   EXPECT_NE(out.find("\"delta\":{\"partial_json\":\"{\\\"city\\\":\\\"Paris\\\"}\",\"type\":\"input_json_delta\"},\"index\":1"),
             std::string::npos)
       << out;
   EXPECT_NE(out.find("event: content_block_stop\ndata: {\"index\":1,"), std::string::npos);
   EXPECT_NE(out.find("\"stop_reason\":\"tool_use\""), std::string::npos);
-  Json resp = w.response({1, 1, 0});
+  Json resp = w.response({1, 1, 0, {}});
   ASSERT_EQ(resp["content"].size(), 2u);
   EXPECT_EQ(resp["content"][1]["type"], "tool_use");
   EXPECT_EQ(resp["content"][1]["input"], Json({{"city", "Paris"}}));
@@ -436,8 +436,8 @@ TEST(ToolCalls, HermesOutputBecomesOpenAiAndAnthropicCalls) {
     astream += aw.push(d);
     ostream += ow.push(d);
   }
-  astream += aw.finish({1, 10, 0});
-  Json ar = aw.response({1, 10, 0});
+  astream += aw.finish({1, 10, 0, {}});
+  Json ar = aw.response({1, 10, 0, {}});
   ASSERT_EQ(ar["content"].size(), 2u) << ar.dump();
   EXPECT_EQ(ar["content"][0]["text"], "Let me check.");
   EXPECT_EQ(ar["content"][1]["name"], "get_weather");
@@ -445,7 +445,7 @@ TEST(ToolCalls, HermesOutputBecomesOpenAiAndAnthropicCalls) {
   EXPECT_EQ(ar["stop_reason"], "tool_use");
   EXPECT_NE(astream.find("\"type\":\"input_json_delta\""), std::string::npos);
   EXPECT_EQ(astream.find("<tool_call>"), std::string::npos);
-  Json orr = ow.response({1, 10, 0});
+  Json orr = ow.response({1, 10, 0, {}});
   EXPECT_EQ(orr["choices"][0]["finish_reason"], "tool_calls");
   EXPECT_EQ(orr["choices"][0]["message"]["content"], "Let me check.");
   EXPECT_EQ(Json::parse(orr["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"].get<std::string>()),
