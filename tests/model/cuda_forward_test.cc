@@ -130,7 +130,9 @@ TEST_P(CudaForward, MatchesTheCpuWithoutACacheAndThroughPages) {
       done += chunk;
       if (done == static_cast<int32_t>(ids.size())) {
         const auto next_cpu = std::max_element(lc.begin(), lc.end()) - lc.begin();
-        if (dtype == DType::kF32) EXPECT_EQ(std::max_element(lg.begin(), lg.end()) - lg.begin(), next_cpu);
+        if (dtype == DType::kF32) {
+          EXPECT_EQ(std::max_element(lg.begin(), lg.end()) - lg.begin(), next_cpu);
+        }
         ids.push_back(static_cast<int32_t>(next_cpu));  // both continue with the CPU's token
       }
     }
