@@ -77,10 +77,9 @@ void parse_yarn(const Json& r, const std::string& w, RopeScaling& rs) {
   if (!(rs.beta_fast > rs.beta_slow))
     fail(w, ": beta_fast (", rs.beta_fast, ") must be greater than beta_slow (", rs.beta_slow, ")");
   rs.truncate = json_optional<bool>(r, "truncate", true, w);
-  // 0.1 m ln(s) + 1: the paper's attention temperature, m = 1 unless the config scales it.
-  auto mscale = [&](double m) { return rs.factor <= 1.0 ? 1.0 : 0.1 * m * std::log(rs.factor) + 1.0; };
   const double m = number("mscale", 0.0), m_all = number("mscale_all_dim", 0.0);
-  rs.attention_factor = m > 0 && m_all > 0 ? mscale(m) / mscale(m_all) : mscale(1.0);
+  rs.attention_factor =
+      m > 0 && m_all > 0 ? yarn_mscale(rs.factor, m) / yarn_mscale(rs.factor, m_all) : yarn_mscale(rs.factor);
   if (r.contains("attention_factor") && !r["attention_factor"].is_null()) {
     rs.attention_factor = json_required<double>(r, "attention_factor", w);
     if (!(rs.attention_factor > 0) || !std::isfinite(rs.attention_factor))
@@ -143,6 +142,8 @@ RopeScaling parse_rope_scaling(const Json& j, int64_t max_pos, const std::string
 }
 
 }  // namespace
+
+double yarn_mscale(double factor, double m) { return factor <= 1.0 ? 1.0 : 0.1 * m * std::log(factor) + 1.0; }
 
 int64_t ModelConfig::context_length() const {
   if (rope_scaling.type != RopeScalingType::kYarn) return max_position_embeddings;

@@ -40,6 +40,10 @@ struct RopeScaling {
   double attention_factor = 1.0;
 };
 
+// YaRN's attention temperature for a context extended by `factor`: 0.1 m ln(factor) + 1, or 1
+// when factor <= 1 (m = 1 unless a config scales it: mscale, mscale_all_dim).
+double yarn_mscale(double factor, double m = 1.0);
+
 enum class AttentionKind { kGqa, kMla };
 
 struct ModelConfig {

@@ -112,9 +112,8 @@ Tensor mapped_tensor(const GgufFile& g, const GgufTensorRecord& r) {
 // llama.cpp multiplies cos/sin by in the end: the paper's 0.1 ln(factor) + 1 (or, with
 // yarn_log_multiplier m, its ratio to 0.1 m ln(factor) + 1), times rope.scaling.attn_factor.
 Json gguf_yarn(const GgufFile& g, const std::string& a, double factor, int64_t context_length) {
-  auto mscale = [&](double m) { return factor <= 1.0 ? 1.0 : 0.1 * m * std::log(factor) + 1.0; };
   const double log_mul = meta<double>(g, a + "rope.scaling.yarn_log_multiplier").value_or(0.0);
-  const double attention = (log_mul != 0.0 ? mscale(1.0) / mscale(log_mul) : mscale(1.0)) *
+  const double attention = (log_mul != 0.0 ? yarn_mscale(factor) / yarn_mscale(factor, log_mul) : yarn_mscale(factor)) *
                            meta<double>(g, a + "rope.scaling.attn_factor").value_or(1.0);
   return {{"rope_type", "yarn"},
           {"factor", factor},
