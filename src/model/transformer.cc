@@ -46,15 +46,16 @@ YarnRamp yarn_ramp(const RopeScaling& rs, int64_t dim, double base) {
   return r;
 }
 
-// One pair's YaRN frequency with Hugging Face's f32 steps: p = base^(2i/dim) (f32), the ramp
-// clamp((i - low) / (high - low), 0, 1) in f32, extrapolation factor e = 1 - ramp, and
-// 1/(factor p) * (1 - e) + 1/p * e.
-float yarn_blend_f32(float p, double factor, const YarnRamp& r, int64_t i) {
-  const float extrapolation = 1.0f / p;
-  const float interpolation = 1.0f / (static_cast<float>(factor) * p);
-  const float lin = (static_cast<float>(i) - static_cast<float>(r.low)) / static_cast<float>(r.high - r.low);
-  const float e = 1.0f - std::clamp(lin, 0.0f, 1.0f);
-  return interpolation * (1.0f - e) + extrapolation * e;
+// One pair's YaRN frequency with Hugging Face's steps in T (f32 for the HF families, double for
+// autoregressive_lm): p = base^(2i/dim), the ramp clamp((i - low) / (high - low), 0, 1),
+// extrapolation factor e = 1 - ramp, and 1/(factor p) * (1 - e) + 1/p * e.
+template <typename T>
+T yarn_blend(T p, double factor, const YarnRamp& r, int64_t i) {
+  const T extrapolation = T(1) / p;
+  const T interpolation = T(1) / (static_cast<T>(factor) * p);
+  const T lin = (static_cast<T>(i) - static_cast<T>(r.low)) / static_cast<T>(r.high - r.low);
+  const T e = T(1) - std::clamp(lin, T(0), T(1));
+  return interpolation * (T(1) - e) + extrapolation * e;
 }
 
 }  // namespace
@@ -82,21 +83,19 @@ void rope_inv_freq_into(const ModelConfig& c, int64_t seq_len, std::vector<doubl
   }
   inv.resize(static_cast<size_t>(half));  // no allocation once sized
   const bool f32 = hf_rope_precision(c);
-  const YarnRamp ramp = rs.type == RopeScalingType::kYarn ? yarn_ramp(rs, dim, base) : YarnRamp{};
+  const bool yarn = rs.type == RopeScalingType::kYarn;
+  const YarnRamp ramp = yarn ? yarn_ramp(rs, dim, base) : YarnRamp{};
   for (int64_t i = 0; i < half; ++i) {
+    double& f = inv[static_cast<size_t>(i)];
     if (f32) {
       // 1.0 / (base ** (arange(0, dim, 2).float() / dim)), every step in f32.
       const float e = static_cast<float>(2 * i) / static_cast<float>(dim);
       const float p = static_cast<float>(std::pow(static_cast<double>(static_cast<float>(base)), static_cast<double>(e)));
-      inv[static_cast<size_t>(i)] = 1.0f / p;
-      if (rs.type == RopeScalingType::kYarn) inv[static_cast<size_t>(i)] = yarn_blend_f32(p, rs.factor, ramp, i);
+      f = yarn ? yarn_blend(p, rs.factor, ramp, i) : 1.0f / p;
+    } else if (yarn) {
+      f = yarn_blend(std::pow(base, static_cast<double>(2 * i) / static_cast<double>(dim)), rs.factor, ramp, i);
     } else {
-      inv[static_cast<size_t>(i)] = std::pow(base, -static_cast<double>(2 * i) / static_cast<double>(dim));
-      if (rs.type == RopeScalingType::kYarn) {  // the same blend in double
-        const double p = std::pow(base, static_cast<double>(2 * i) / static_cast<double>(dim));
-        const double r = std::clamp((static_cast<double>(i) - ramp.low) / (ramp.high - ramp.low), 0.0, 1.0);
-        inv[static_cast<size_t>(i)] = 1.0 / (rs.factor * p) * r + 1.0 / p * (1.0 - r);
-      }
+      f = std::pow(base, -static_cast<double>(2 * i) / static_cast<double>(dim));
     }
   }
   if (rs.type == RopeScalingType::kFreqFactors) {  // llama.cpp: theta / freq_factor

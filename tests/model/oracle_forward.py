@@ -398,6 +398,7 @@ MODELS = {
                                            rope_scaling={"type": "yarn", "factor": 3.0, "beta_fast": 24.0,
                                                          "beta_slow": 2.0, "mscale": 0.9, "mscale_all_dim": 0.7,
                                                          "truncate": False}), "F32", 1, False),
+    "arlm_yarn": (base("autoregressive_lm", rope_scaling={"rope_type": "yarn", "factor": 2.0}), "F32", 1, False),
     "mistral_gqa8_f16": (base("mistral", hidden_size=128, num_attention_heads=8, num_key_value_heads=1,
                               sliding_window=None), "F16", 1, False),
     "arlm_gqa_gate_qknorm": (base("autoregressive_lm", num_attention_heads=8, num_key_value_heads=2,
