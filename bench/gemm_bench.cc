@@ -120,10 +120,11 @@ int main(int argc, char** argv) {
               bw[2].copy_gbs, bw[2].read_gbs, kernels::activations_name(kernels::activations()));
   std::printf("%3s %6s %6s %5s %3s | %8s %8s %9s\n", "M", "N", "K", "dtype", "thr", "GB/s", "%copy", "Gweight/s");
   // ~200 MB of f32 weights per call so caches do not help: 4 x (25600 x 2048) stand-ins (Q8_0:
-  // 53 MB, Q6_K 41 MB, Q4_0 and Q4_K 28 MB, still far larger than the caches).
+  // 53 MB, Q6_K 41 MB, Q5_K 35 MB, Q4_0 and Q4_K 28 MB, still far larger than the caches).
   for (int threads : {1, 2}) {
     set_num_threads(threads);
-    for (DType dt : {DType::kF32, DType::kBF16, DType::kF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ6_K}) {
+    for (DType dt : {DType::kF32, DType::kBF16, DType::kF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ5_K,
+                     DType::kQ6_K}) {
       for (int64_t m : {1, 8}) {
         const int64_t n = 24576, k = 2048;
         const double s = linear_seconds(m, n, k, dt, t_min);

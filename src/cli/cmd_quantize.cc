@@ -1,4 +1,4 @@
-// `astrai quantize --model DIR --type q8_0|q4_0|q4_k|q6_k [--embedding-type FMT] --output DIR`: writes a checkpoint whose
+// `astrai quantize --model DIR --type q8_0|q4_0|q4_k|q5_k|q6_k [--embedding-type FMT] --output DIR`: writes a checkpoint whose
 // weight matrices are quantized (model/quantize.h, docs/quantization.md), loadable by every inference
 // command; the model's tokenizer files are copied along.
 #include <cstdio>
@@ -41,18 +41,18 @@ void setup_quantize(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand(
       "quantize", "Write a checkpoint with quantized weight matrices (q8_0: blocks of 32 int8 and an f16 scale; q4_0: of 32 "
       "4-bit quants and an f16 scale; q4_k: llama.cpp's Q4_K, super-blocks of 256 4-bit quants with 6-bit scales and mins "
-      "per 32; q6_k: llama.cpp's Q6_K, super-blocks of 256 6-bit quants with int8 scales per 16; q4_k and q6_k need "
-      "matrices' input width a multiple of 256)");
+      "per 32; q5_k: llama.cpp's Q5_K, the same with 5-bit quants; q6_k: llama.cpp's Q6_K, super-blocks of 256 6-bit "
+      "quants with int8 scales per 16; q4_k, q5_k and q6_k need matrices' input width a multiple of 256)");
   cmd->add_option("--model", opts->model, "model directory (config.json + safetensors; f32/bf16/f16, or quantized) or GGUF file (its vocabulary is written as tokenizer.json)")->required();
   cmd->add_option("--output", opts->output, "directory of the quantized checkpoint")->required();
-  cmd->add_option("--type", opts->type, "weight format: q8_0 (8.5 bits per weight), q4_0 (4.5), q4_k (4.5), q6_k (6.5625)")
-      ->check(CLI::IsMember({"q8_0", "q4_0", "q4_k", "q6_k"}))
+  cmd->add_option("--type", opts->type, "weight format: q8_0 (8.5 bits per weight), q4_0 (4.5), q4_k (4.5), q5_k (5.5), q6_k (6.5625)")
+      ->check(CLI::IsMember({"q8_0", "q4_0", "q4_k", "q5_k", "q6_k"}))
       ->capture_default_str();
   cmd->add_option("--embedding-type", opts->embedding_type,
                   "format of the token embedding and the output matrix (lm_head; the same matrix when tied): "
-                  "q8_0, q4_0, q4_k, q6_k or f32; default: --type. A wider one costs little (one matrix) and removes "
+                  "q8_0, q4_0, q4_k, q5_k, q6_k or f32; default: --type. A wider one costs little (one matrix) and removes "
                   "most of the 4-bit formats' loss on small models (docs/quantization.md, Quality)")
-      ->check(CLI::IsMember({"q8_0", "q4_0", "q4_k", "q6_k", "f32"}));
+      ->check(CLI::IsMember({"q8_0", "q4_0", "q4_k", "q5_k", "q6_k", "f32"}));
   cmd->callback([opts] { run_quantize(*opts); });
 }
 

@@ -15,6 +15,7 @@ DType weight_format_dtype_or_f32(const std::string& format) {
   if (format == "q8_0") return DType::kQ8_0;
   if (format == "q4_0") return DType::kQ4_0;
   if (format == "q4_k") return DType::kQ4_K;
+  if (format == "q5_k") return DType::kQ5_K;
   if (format == "q6_k") return DType::kQ6_K;
   return DType::kF32;
 }
@@ -192,7 +193,7 @@ ModelConfig ModelConfig::from_json(const Json& j, const std::string& where) {
     c.weight_format = method == "astrai" ? json_optional<std::string>(q, "format", "", where) : "";
     if (method != "astrai" || c.weight_format.empty() || !is_block_type(weight_format_dtype_or_f32(c.weight_format)))
       fail(where, ": unsupported quantization_config ", q.dump(),
-           " (supported: {\"quant_method\": \"astrai\", \"format\": \"q8_0\", \"q4_0\", \"q4_k\" or \"q6_k\"}, written by astrai quantize)");
+           " (supported: {\"quant_method\": \"astrai\", \"format\": \"q8_0\", \"q4_0\", \"q4_k\", \"q5_k\" or \"q6_k\"}, written by astrai quantize)");
     if (q.contains("tensor_formats")) {
       const Json& tf = q["tensor_formats"];
       if (!tf.is_object()) fail(where, ": quantization_config.tensor_formats must be an object {tensor name: format}");
@@ -200,7 +201,7 @@ ModelConfig ModelConfig::from_json(const Json& j, const std::string& where) {
         const std::string f = it.value().is_string() ? it.value().get<std::string>() : "";
         if (f != "f32" && !is_block_type(weight_format_dtype_or_f32(f)))
           fail(where, ": quantization_config.tensor_formats[\"", it.key(), "\"] is ", it.value().dump(),
-               " (supported: \"q8_0\", \"q4_0\", \"q4_k\", \"q6_k\", \"f32\")");
+               " (supported: \"q8_0\", \"q4_0\", \"q4_k\", \"q5_k\", \"q6_k\", \"f32\")");
         c.tensor_formats[it.key()] = f;
       }
     }
@@ -342,7 +343,7 @@ ModelConfig ModelConfig::load(const std::string& dir) {
 
 DType ModelConfig::weight_format_dtype(const std::string& format) {
   const DType t = weight_format_dtype_or_f32(format);
-  if (!format.empty() && t == DType::kF32) fail("unknown weight format \"", format, "\" (supported: q8_0, q4_0, q4_k, q6_k)");
+  if (!format.empty() && t == DType::kF32) fail("unknown weight format \"", format, "\" (supported: q8_0, q4_0, q4_k, q5_k, q6_k)");
   return t;
 }
 

@@ -77,18 +77,18 @@ struct ModelConfig {
   int64_t v_head_dim = 0;
 
   // Weights quantized by `astrai quantize` (config.json "quantization_config": {"quant_method":
-  // "astrai", "format": "q8_0" | "q4_0" | "q4_k" | "q6_k"}): the matrices are stored as Q8_0,
-  // Q4_0, Q4_K or Q6_K blocks (docs/quantization.md); empty for float checkpoints.
+  // "astrai", "format": "q8_0" | "q4_0" | "q4_k" | "q5_k" | "q6_k"}): the matrices are stored
+  // as Q8_0, Q4_0, Q4_K, Q5_K or Q6_K blocks (docs/quantization.md); empty for float checkpoints.
   std::string weight_format;
   // Matrices stored in another format than weight_format, by parameter name ("tensor_formats":
   // {"model.embed_tokens.weight": "q8_0"} in quantization_config; astrai quantize
   // --embedding-type): a block format, or "f32" for a matrix kept as F32.
   std::map<std::string, std::string> tensor_formats;
-  // The dtype of the matrices of a quantized checkpoint (kQ8_0, kQ4_0, kQ4_K, kQ6_K), kF32 for a float one.
+  // The dtype of the matrices of a quantized checkpoint (kQ8_0, kQ4_0, kQ4_K, kQ5_K, kQ6_K), kF32 for a float one.
   DType weight_dtype() const { return weight_format_dtype(weight_format); }
   // The dtype parameter `name` is stored in when it is a matrix: its tensor_formats entry, else weight_dtype().
   DType tensor_dtype(const std::string& name) const;
-  // "q8_0" -> kQ8_0, "q4_0" -> kQ4_0, "q4_k" -> kQ4_K, "q6_k" -> kQ6_K, "" -> kF32; an error
+  // "q8_0" -> kQ8_0, "q4_0" -> kQ4_0, "q4_k" -> kQ4_K, "q5_k" -> kQ5_K, "q6_k" -> kQ6_K, "" -> kF32; an error
   // naming the supported formats otherwise.
   static DType weight_format_dtype(const std::string& format);
 

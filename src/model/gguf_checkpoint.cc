@@ -21,6 +21,7 @@ std::optional<DType> dtype_of_ggml(uint32_t type) {
     case 2: return DType::kQ4_0;
     case 8: return DType::kQ8_0;
     case 12: return DType::kQ4_K;
+    case 13: return DType::kQ5_K;
     case 14: return DType::kQ6_K;
     case 30: return DType::kBF16;
     default: return std::nullopt;
@@ -97,7 +98,7 @@ Tensor mapped_tensor(const GgufFile& g, const GgufTensorRecord& r) {
   const auto dtype = dtype_of_ggml(r.ggml_type);
   if (!dtype)
     fail(where, " has type ", ggml_type_name(r.ggml_type),
-         "; supported: F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K (llama-quantize with one of those rewrites a file)");
+         "; supported: F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K (llama-quantize with one of those rewrites a file)");
   Shape shape(r.dims.rbegin(), r.dims.rend());
   if (r.dims[0] % dtype_block(*dtype) != 0)
     fail(where, " rows of ", r.dims[0], " elements are not whole ", dtype_name(*dtype), " blocks");

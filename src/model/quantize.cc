@@ -21,7 +21,7 @@ DType target_dtype(const std::string& name, const Tensor& t, const std::string& 
   const DType block = ModelConfig::weight_format_dtype(f);
   const int64_t be = block_elems(block);
   if (t.dim(1) % be == 0) return block;
-  // Q4_K and Q6_K have no fallback: found before anything is written.
+  // The k-quants have no fallback: found before anything is written.
   if (be == kQKBlock)
     fail("quantize: ", f, " needs matrices whose rows (input width) are whole super-blocks of ", be, ": \"", name,
          "\" is ", shape_str(t.shape()), "; use a format of blocks of 32 (q8_0, q4_0) for it");
@@ -34,7 +34,7 @@ QuantizeReport save_quantized_checkpoint(const std::string& dir, ModelConfig con
                                          const std::string& format,
                                          const std::map<std::string, std::string>& tensor_formats) {
   const DType block = ModelConfig::weight_format_dtype(format);
-  ASTRAI_CHECK(is_block_type(block), "quantize: give a weight format (supported: q8_0, q4_0, q4_k, q6_k)");
+  ASTRAI_CHECK(is_block_type(block), "quantize: give a weight format (supported: q8_0, q4_0, q4_k, q5_k, q6_k)");
   config.tensor_formats.clear();
   std::vector<DType> targets;
   for (const auto& p : weights.params(config)) {

@@ -1,7 +1,7 @@
 // Quantized checkpoints (`astrai quantize`, docs/quantization.md): every weight matrix whose
-// rows are whole blocks (32 elements for Q8_0 and Q4_0, 256 for Q4_K and Q6_K) is stored as
+// rows are whole blocks (32 elements for Q8_0 and Q4_0, 256 for Q4_K, Q5_K and Q6_K) is stored as
 // blocks, every vector (norms, biases) as f32; a matrix with ragged rows is kept as f32 for q8_0
-// and q4_0 and is an error for q4_k and q6_k. config.json names the format, so every command loads it.
+// and q4_0 and is an error for q4_k, q5_k and q6_k. config.json names the format, so every command loads it.
 #pragma once
 
 #include <map>
@@ -19,7 +19,7 @@ struct QuantizeReport {
 };
 
 // Writes DIR/config.json (with "quantization_config") and DIR/model.safetensors (each
-// atomically) holding `weights` in `format` ("q8_0", "q4_0", "q4_k" or "q6_k"). The source may be f32, bf16,
+// atomically) holding `weights` in `format` ("q8_0", "q4_0", "q4_k", "q5_k" or "q6_k"). The source may be f32, bf16,
 // f16, or already in the format (copied unchanged; another block type is dequantized first).
 // tensor_formats: matrices stored in another format (a block format or "f32"), by parameter
 // name (model.embed_tokens.weight, lm_head.weight, ...); recorded in config.json.

@@ -54,7 +54,7 @@ std::vector<ModelWeights::ConstParam> ModelWeights::params(const ModelConfig& co
 
 namespace {
 
-// A Q8_0 / Q4_0 / Q4_K / Q6_K matrix as `astrai quantize` stores it: U8 [rows, cols / block * block
+// A Q8_0 / Q4_0 / Q4_K / Q5_K / Q6_K matrix as `astrai quantize` stores it: U8 [rows, cols / block * block
 // bytes], each row's blocks in order (docs/quantization.md); read in place as a tensor of the
 // expected shape.
 Tensor block_matrix(const Tensor& t, DType dtype, const Shape& expected, const std::string& name,

@@ -20,7 +20,7 @@ constexpr DTypeInfo kInfos[] = {
     {DType::kI64, "I64", 8}, {DType::kU8, "U8", 1},   {DType::kI8, "I8", 1},     {DType::kU16, "U16", 2},
     {DType::kBool, "BOOL", 1}, {DType::kF64, "F64", 8}, {DType::kQ8_0, "Q8_0", kQ8BlockBytes, kQBlock},
     {DType::kQ4_0, "Q4_0", kQ4BlockBytes, kQBlock}, {DType::kQ4_K, "Q4_K", kQ4KBlockBytes, kQKBlock},
-    {DType::kQ6_K, "Q6_K", kQ6KBlockBytes, kQKBlock},
+    {DType::kQ6_K, "Q6_K", kQ6KBlockBytes, kQKBlock}, {DType::kQ5_K, "Q5_K", kQ5KBlockBytes, kQKBlock},
 };
 }  // namespace
 
@@ -78,13 +78,14 @@ int nearest_even(float v) {
   return (bits & 0x007fffff) - 0x00400000;
 }
 
-// The fit of one Q4_K sub-block (llama.cpp's make_qkx2_quants with n = 32, nmax = 15, rmin = -1,
-// rdelta = 0.1, nstep = 20, squared error): x[i] ~ scale * L[i] + lo with L[i] in [0, 15] and
-// lo <= 0, minimising sum w[i] * err^2. Returns scale, *neg_lo = -lo. The expressions keep
-// llama.cpp's order of f32 operations (this file is compiled without FMA contraction).
-float q4_k_fit(const float* x, const float* w, uint8_t* L, float* neg_lo) {
-  constexpr int n = 32, nmax = 15, nstep = 20;
-  constexpr float rmin = -1.0f, rdelta = 0.1f;
+// The fit of one Q4_K / Q5_K sub-block (llama.cpp's make_qkx2_quants with n = 32, rdelta = 0.1,
+// squared error; Q4_K: nmax = 15, rmin = -1, nstep = 20; Q5_K: nmax = 31, rmin = -0.5, nstep =
+// 15): x[i] ~ scale * L[i] + lo with L[i] in [0, nmax] and lo <= 0, minimising sum w[i] * err^2.
+// Returns scale, *neg_lo = -lo. The expressions keep llama.cpp's order of f32 operations (this
+// file is compiled without FMA contraction).
+float qkx2_fit(const float* x, const float* w, int nmax, float rmin, int nstep, uint8_t* L, float* neg_lo) {
+  constexpr int n = 32;
+  constexpr float rdelta = 0.1f;
   float lo = x[0], hi = x[0];
   float sum_w = w[0];
   float sum_x = sum_w * x[0];
@@ -147,11 +148,11 @@ float q4_k_fit(const float* x, const float* w, uint8_t* L, float* neg_lo) {
   return scale;
 }
 
-}  // namespace
-
-void quantize_q4_k_block(const float* x, uint8_t* block) {
+// The quants L[0..256) of a Q4_K (nmax 15) or Q5_K (nmax 31) block of x, and its d, dmin and
+// packed scales written to block[0..16): llama.cpp's quantize_row_q4_K_ref / q5_K_ref up to the
+// packing of the quants, which differs.
+void quantize_k_scaled(const float* x, int nmax, float rmin, int nstep, uint8_t* L, uint8_t* block) {
   constexpr int kSub = kQKBlock / kQBlock;  // 8 sub-blocks
-  uint8_t L[kQKBlock];
   float scales[kSub], mins[kSub], w[kQBlock];
   float max_scale = 0, max_min = 0;  // the mins are subtracted, so scales are positive
   for (int j = 0; j < kSub; ++j) {
@@ -160,7 +161,7 @@ void quantize_q4_k_block(const float* x, uint8_t* block) {
     for (int i = 0; i < kQBlock; ++i) sum_x2 += xj[i] * xj[i];
     const float av_x = std::sqrt(sum_x2 / kQBlock);
     for (int i = 0; i < kQBlock; ++i) w[i] = av_x + std::fabs(xj[i]);
-    scales[j] = q4_k_fit(xj, w, L + kQBlock * j, &mins[j]);
+    scales[j] = qkx2_fit(xj, w, nmax, rmin, nstep, L + kQBlock * j, &mins[j]);
     if (scales[j] > max_scale) max_scale = scales[j];
     if (mins[j] > max_min) max_min = mins[j];
   }
@@ -192,12 +193,48 @@ void quantize_q4_k_block(const float* x, uint8_t* block) {
     if (d == 0.0f) continue;
     const float dm = f16_to_f32(dminh) * m;
     for (int i = 0; i < kQBlock; ++i)
-      L[kQBlock * j + i] = static_cast<uint8_t>(std::max(0, std::min(15, nearest_even((x[kQBlock * j + i] + dm) / d))));
+      L[kQBlock * j + i] = static_cast<uint8_t>(std::max(0, std::min(nmax, nearest_even((x[kQBlock * j + i] + dm) / d))));
   }
+}
+
+}  // namespace
+
+void quantize_q4_k_block(const float* x, uint8_t* block) {
+  uint8_t L[kQKBlock];
+  quantize_k_scaled(x, 15, -1.0f, 20, L, block);
   // Each 64 elements are 32 bytes: the first 32 in the low nibbles, the next 32 in the high ones.
   uint8_t* qs = block + kQ4KQuantsAt;
   for (int c = 0; c < kQKBlock / 64; ++c)
     for (int i = 0; i < 32; ++i) qs[32 * c + i] = static_cast<uint8_t>(L[64 * c + i] | (L[64 * c + 32 + i] << 4));
+}
+
+void quantize_q5_k_block(const float* x, uint8_t* block) {
+  uint8_t L[kQKBlock];
+  quantize_k_scaled(x, 31, -0.5f, 15, L, block);
+  // Q4_K's nibble layout for the low 4 bits; bit 2c (2c + 1) of qh[i] is the fifth bit of
+  // element 64 c + i (64 c + 32 + i).
+  uint8_t* qh = block + kQ5KHighAt;
+  uint8_t* qs = block + kQ5KQuantsAt;
+  std::memset(qh, 0, 32);
+  for (int c = 0; c < kQKBlock / 64; ++c)
+    for (int i = 0; i < 32; ++i) {
+      const int l1 = L[64 * c + i], l2 = L[64 * c + 32 + i];
+      qs[32 * c + i] = static_cast<uint8_t>((l1 & 15) | ((l2 & 15) << 4));
+      qh[i] |= static_cast<uint8_t>(((l1 >> 4) << (2 * c)) | ((l2 >> 4) << (2 * c + 1)));
+    }
+}
+
+void dequantize_q5_k_block(const uint8_t* block, float* y) {
+  uint16_t dh, dminh;
+  std::memcpy(&dh, block, 2);
+  std::memcpy(&dminh, block + 2, 2);
+  const float d = f16_to_f32(dh), dmin = f16_to_f32(dminh);
+  for (int j = 0; j < kQKBlock / kQBlock; ++j) {
+    int sc, m;
+    q4_k_scale_min(block + kQ4KScalesAt, j, &sc, &m);
+    const float d1 = d * static_cast<float>(sc), m1 = dmin * static_cast<float>(m);
+    for (int i = 0; i < kQBlock; ++i) y[kQBlock * j + i] = d1 * static_cast<float>(q5_k_quant(block, kQBlock * j + i)) - m1;
+  }
 }
 
 void dequantize_q4_k_block(const uint8_t* block, float* y) {
@@ -424,6 +461,12 @@ void convert_to_f32(DType src_type, const void* src, float* dst, size_t n) {
       for (size_t i = 0; i < n; i += kQKBlock, b += kQ4KBlockBytes) dequantize_q4_k_block(b, dst + i);
       return;
     }
+    case DType::kQ5_K: {
+      ASTRAI_CHECK(n % kQKBlock == 0, "Q5_K: ", n, " elements are not whole blocks of ", kQKBlock);
+      const auto* b = static_cast<const uint8_t*>(src);
+      for (size_t i = 0; i < n; i += kQKBlock, b += kQ5KBlockBytes) dequantize_q5_k_block(b, dst + i);
+      return;
+    }
     case DType::kQ6_K: {
       ASTRAI_CHECK(n % kQKBlock == 0, "Q6_K: ", n, " elements are not whole blocks of ", kQKBlock);
       const auto* b = static_cast<const uint8_t*>(src);
@@ -467,13 +510,18 @@ void convert_from_f32(const float* src, DType dst_type, void* dst, size_t n) {
       for (size_t i = 0; i < n; i += kQBlock, b += kQ4BlockBytes) quantize_q4_0_block(src + i, b);
       return;
     }
-    case DType::kQ4_K: {
-      ASTRAI_CHECK(n % kQKBlock == 0, "Q4_K: ", n, " elements are not whole blocks of ", kQKBlock);
+    case DType::kQ4_K:
+    case DType::kQ5_K: {
+      ASTRAI_CHECK(n % kQKBlock == 0, dtype_name(dst_type), ": ", n, " elements are not whole blocks of ", kQKBlock);
       // The search costs ~100 ns per weight: blocks in parallel (each one's bytes depend on it alone).
       auto* b = static_cast<uint8_t*>(dst);
-      const int64_t blocks = static_cast<int64_t>(n) / kQKBlock;
+      const int64_t blocks = static_cast<int64_t>(n) / kQKBlock, bytes = block_bytes(dst_type);
+      const bool q5 = dst_type == DType::kQ5_K;
 #pragma omp parallel for schedule(static) if (blocks >= 64)
-      for (int64_t i = 0; i < blocks; ++i) quantize_q4_k_block(src + i * kQKBlock, b + i * kQ4KBlockBytes);
+      for (int64_t i = 0; i < blocks; ++i) {
+        if (q5) quantize_q5_k_block(src + i * kQKBlock, b + i * bytes);
+        else quantize_q4_k_block(src + i * kQKBlock, b + i * bytes);
+      }
       return;
     }
     case DType::kQ6_K: {

@@ -85,7 +85,7 @@ class IsaIdentity : public ::testing::TestWithParam<Isa> {
       EXPECT_TRUE(same_bytes(want, got)) << what << ", " << threads << " thread(s)";
     }
   }
-  // Q4_K / Q6_K linear on every path of this level (defined below).
+  // Q4_K / Q5_K / Q6_K linear on every path of this level (defined below).
   void expect_k_quant_paths(DType dt);
   // linear on this level equals generic, with and without the bias.
   void expect_linear_same(const std::vector<float>& x, int64_t m, const WeightView& w, const std::vector<float>& bias) {
@@ -155,7 +155,7 @@ TEST_P(IsaIdentity, LinearQ8_0AndQ4_0EveryPath) {
   }
 }
 
-// Q4_K and Q6_K weights (super-blocks of 256): every path of every level equals generic, and
+// Q4_K, Q5_K and Q6_K weights (super-blocks of 256): every path of every level equals generic, and
 // equals that level's f32 linear on the dequantized weights (the widening is the
 // dequantization, bit for bit).
 void IsaIdentity::expect_k_quant_paths(DType dt) {
@@ -184,6 +184,7 @@ void IsaIdentity::expect_k_quant_paths(DType dt) {
 }
 
 TEST_P(IsaIdentity, LinearQ4_KEveryPath) { expect_k_quant_paths(DType::kQ4_K); }
+TEST_P(IsaIdentity, LinearQ5_KEveryPath) { expect_k_quant_paths(DType::kQ5_K); }
 TEST_P(IsaIdentity, LinearQ6_KEveryPath) { expect_k_quant_paths(DType::kQ6_K); }
 
 // The q8 activation mode (integer block dot products, kernels/cpu/linear_int8.h): every level
@@ -195,7 +196,7 @@ TEST_P(IsaIdentity, LinearQ8ActivationsEveryFormat) {
       {1, 8, 256},  {1, 40, 2560}, {2, 13, 512}, {3, 96, 256},   {4, 50, 1024},
       {5, 31, 768}, {8, 24, 768},  {9, 23, 256}, {65, 30, 512},  {7, 130, 3072},
   };
-  for (DType dt : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ6_K}) {
+  for (DType dt : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
     for (const LinearShape& s : shapes) {
       auto x = randn(static_cast<size_t>(s.m * s.k), 1);
       for (int64_t e = 0; e < 32; ++e) x[static_cast<size_t>(e)] = 0.0f;        // a zero block

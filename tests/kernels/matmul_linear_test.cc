@@ -163,17 +163,17 @@ TEST_P(LinearDtypeTest, BlasModeMatchesReference) {
 INSTANTIATE_TEST_SUITE_P(Dtypes, LinearDtypeTest, ::testing::Values(DType::kF32, DType::kBF16, DType::kF16),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 
-// Q8_0 and Q4_0 weights are widened exactly ((q - zero) * d), Q4_K ones to (d * sc) * q - dmin * m
-// and Q6_K ones to (d * scale) * (q - 32) (one rounding each), and then follow the f32 contract,
+// Q8_0 and Q4_0 weights are widened exactly ((q - zero) * d), Q4_K and Q5_K ones to (d * sc) * q -
+// dmin * m and Q6_K ones to (d * scale) * (q - 32) (one rounding each), and then follow the f32 contract,
 // so the quantized linear equals the f32 linear on the dequantized weights bit for bit, on every
-// path (Q4_K, Q6_K: K across the 1024 blocks of the contract, whole and partial).
+// path (the k-quants: K across the 1024 blocks of the contract, whole and partial).
 TEST(LinearBlocks, EqualsF32LinearOnDequantizedWeights) {
   ScopedActivations mode(Activations::kF32);
   std::mt19937 rng(7);
-  for (DType dt : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ6_K})
+  for (DType dt : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K})
   for (int64_t m : {1, 2, 3, 5, 8, 16, 33, 64, 65, 150}) {
-    // Q6_K: the same paths with fewer row counts (its generic reference decodes per row: CI time).
-    if (dt == DType::kQ6_K && (m == 33 || m == 150)) continue;
+    // Q5_K, Q6_K: the same paths with fewer row counts (their generic references decode per row: CI time).
+    if ((dt == DType::kQ5_K || dt == DType::kQ6_K) && (m == 33 || m == 150)) continue;
     const std::vector<int64_t> ks = block_elems(dt) == kQKBlock ? std::vector<int64_t>{256, 512, 1024, 1280, 2304}
                                                        : std::vector<int64_t>{32, 64, 96, 1024, 2112};
     for (int64_t k : ks) {
@@ -207,7 +207,7 @@ TEST(LinearBlocks, Q8ActivationsAgainstDoubleReference) {
   ScopedActivations mode(Activations::kQ8);
   std::mt19937 rng(11);
   std::uniform_int_distribution<int> ints(-127, 127);
-  for (DType dt : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ6_K}) {
+  for (DType dt : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
     const int64_t blk = block_elems(dt) == kQKBlock ? kQKBlock : kQBlock;  // activation block
     for (int64_t m : {1, 3, 6}) {
       for (int64_t k : {int64_t{256}, int64_t{768}, int64_t{2048}}) {
@@ -256,6 +256,45 @@ TEST(LinearBlocks, Q8ActivationsAgainstDoubleReference) {
           }
         }
       }
+    }
+  }
+}
+
+// The largest integer sums the q8 kernels form: every Q4_K / Q5_K quant at its maximum (15, 31)
+// against activations of +127 or -127 (the int16 partial sums of the interleaved and tiled x86
+// paths are at their bounds, 30480 and 31496), for every row count (tile, interleaved).
+TEST(LinearBlocks, Q8ActivationsLargestKQuantSums) {
+  ScopedActivations mode(Activations::kQ8);
+  const int64_t k = 512, n = 16;
+  for (DType dt : {DType::kQ4_K, DType::kQ5_K}) {
+    const int64_t bb = block_bytes(dt);
+    std::vector<uint8_t> w(static_cast<size_t>(n * (k / 256) * bb));
+    for (int64_t b = 0; b < n * (k / 256); ++b) {
+      uint8_t* blk = w.data() + b * bb;
+      const uint16_t d = 0x3800, dmin = 0x2c00;  // 0.5, 0.0625
+      std::memcpy(blk, &d, 2);
+      std::memcpy(blk + 2, &dmin, 2);
+      for (int i = 0; i < 12; ++i) blk[4 + i] = static_cast<uint8_t>(0x3f ^ (b + i) % 5);  // scales, mins near 63
+      std::memset(blk + 16, 0xff, static_cast<size_t>(bb - 16));                       // quants 15 / 31
+    }
+    std::vector<float> wd(static_cast<size_t>(n * k));
+    convert_to_f32(dt, w.data(), wd.data(), wd.size());
+    for (int64_t m : {1, 4, 9, 70}) {
+      std::vector<float> x(static_cast<size_t>(m * k));
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t e = 0; e < k; ++e) x[static_cast<size_t>(i * k + e)] = (e / 256 + i) % 2 ? -127.0f : 127.0f;
+      std::vector<float> y(static_cast<size_t>(m * n), NAN);
+      linear(x.data(), m, WeightView{w.data(), dt, n, k}, nullptr, y.data());
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < n; ++j) {
+          double want = 0, mag = 0;
+          for (int64_t e = 0; e < k; ++e) {
+            want += static_cast<double>(x[static_cast<size_t>(i * k + e)]) * wd[static_cast<size_t>(j * k + e)];
+            mag += std::fabs(static_cast<double>(x[static_cast<size_t>(i * k + e)]) * wd[static_cast<size_t>(j * k + e)]);
+          }
+          ASSERT_NEAR(y[static_cast<size_t>(i * n + j)], want, 4e-6 * mag)
+              << dtype_name(dt) << " M=" << m << " at " << i << "," << j;
+        }
     }
   }
 }
@@ -360,6 +399,88 @@ TEST(LinearBlocks, Q4_KLayout) {
   EXPECT_EQ(y[32 * 4 + 1], 18.5f - 2.75f);  // sub-block 4 (high bits of sc in byte 0): 0.5 * 37 * 1 - 0.25 * 11
   EXPECT_EQ(y[224], 464.25f);           // sub-block 7 (sc 63, m 33), high nibble 15 of chunk 3's byte 0
   EXPECT_EQ(y[255], -8.25f);            // and 0 of its byte 31
+}
+
+// The Q5_K layout, on a block built from chosen 5-bit quants q[e] by the layout rules of
+// llama.cpp's block_q5_K: Q4_K's d, dmin and scale bytes (here those of Q4_KLayout), then qh[32],
+// then qs[128]. Elements 64c + i and 64c + 32 + i (c < 4, i < 32) take the low and high nibble of
+// qs byte 32c + i and bits 2c and 2c + 1 of qh byte i as their fifth bits.
+TEST(LinearBlocks, Q5_KLayout) {
+  uint8_t b[176] = {};
+  const uint16_t d = 0x3800, dmin = 0x3400;  // 0.5, 0.25
+  std::memcpy(b, &d, 2);
+  std::memcpy(b + 2, &dmin, 2);
+  const uint8_t scales[12] = {1 | (2 << 6), 2, 3, 4 | (3 << 6), 5, 0, 9 | (3 << 6), 10 | (2 << 6),
+                              5 | (11 << 4), 6 | (12 << 4), 7 | (2 << 4), 15 | (1 << 4)};
+  std::memcpy(b + 4, scales, 12);
+  int q[256];
+  for (int e = 0; e < 256; ++e) q[e] = (e * 13 + 5) % 32;
+  for (int c = 0; c < 4; ++c)
+    for (int i = 0; i < 32; ++i) {
+      const int lo = q[64 * c + i], hi = q[64 * c + 32 + i];
+      b[48 + 32 * c + i] = static_cast<uint8_t>((lo & 15) | ((hi & 15) << 4));
+      b[16 + i] |= static_cast<uint8_t>(((lo >> 4) << (2 * c)) | ((hi >> 4) << (2 * c + 1)));
+    }
+  float y[256];
+  convert_to_f32(DType::kQ5_K, b, y, 256);
+  const int sc[8] = {1, 2, 3, 4, 37, 6, 7, 63}, m[8] = {5, 0, 9, 10, 11, 12, 50, 33};
+  for (int e = 0; e < 256; ++e) {
+    ASSERT_EQ(q5_k_quant(b, e), q[e]) << "element " << e;
+    const float want = 0.5f * static_cast<float>(sc[e / 32]) * static_cast<float>(q[e]) - 0.25f * static_cast<float>(m[e / 32]);
+    ASSERT_EQ(y[e], want) << "element " << e;
+  }
+  EXPECT_EQ(y[224 + 31], 0.5f * 63 * q[255] - 0.25f * 33);
+  // Element 64 * 3 + 32 + 7 = 231: the high nibble of qs byte 48 + 96 + 7 and bit 7 of qh byte 7.
+  b[48 + 96 + 7] = 0xA0;
+  b[16 + 7] = 0x80;
+  convert_to_f32(DType::kQ5_K, b, y, 256);
+  EXPECT_EQ(y[231], 0.5f * 63 * 26 - 0.25f * 33);  // q = 10 | 16
+  EXPECT_EQ(y[199], 0.5f * 7 * 0 - 0.25f * 50);    // element 192 + 7: low nibble 0, bit 6 clear
+  // The kernel's widening (decode path, W read in place) of the same row: x = unit vector e.
+  ScopedActivations f32(Activations::kF32);
+  for (int e = 0; e < 256; ++e) {
+    float x[256] = {}, out = NAN;
+    x[e] = 1.0f;
+    linear(x, 1, WeightView{b, DType::kQ5_K, 1, 256}, nullptr, &out);
+    ASSERT_EQ(out, y[e]) << "linear, element " << e;
+  }
+}
+
+// Properties of the Q5_K quantizer (its bytes are checked against llama.cpp's own
+// quantize_row_q5_K_ref by tests/model/quantize_oracle.py): zeros give zero bytes; constants are
+// reproduced to f16 precision; random data round-trips within its sub-block's range / 31 plus
+// the 6-bit scale error, closer than Q4_K on the same data.
+TEST(LinearBlocks, Q5_KQuantizer) {
+  float x[512] = {};
+  uint8_t b[352];
+  std::memset(b, 0xee, sizeof b);
+  convert_from_f32(x, DType::kQ5_K, b, 256);
+  for (int i = 0; i < 176; ++i) ASSERT_EQ(b[i], 0) << i;
+  for (int i = 0; i < 256; ++i) x[i] = i < 128 ? 3.0f : -2.0f;
+  convert_from_f32(x, DType::kQ5_K, b, 256);
+  float y[512], y4[512];
+  convert_to_f32(DType::kQ5_K, b, y, 256);
+  for (int i = 0; i < 256; ++i) EXPECT_NEAR(y[i], x[i], 2e-3f * std::fabs(x[i])) << i;
+  std::mt19937 rng(3);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  for (float& v : x) v = dist(rng);
+  convert_from_f32(x, DType::kQ5_K, b, 512);
+  convert_to_f32(DType::kQ5_K, b, y, 512);
+  uint8_t b4[288];
+  convert_from_f32(x, DType::kQ4_K, b4, 512);
+  convert_to_f32(DType::kQ4_K, b4, y4, 512);
+  double err5 = 0, err4 = 0;
+  for (int j = 0; j < 16; ++j) {
+    float lo = 0, hi = 0;
+    for (int i = 0; i < 32; ++i) lo = std::min(lo, x[32 * j + i]), hi = std::max(hi, x[32 * j + i]);
+    for (int i = 0; i < 32; ++i) EXPECT_LE(std::fabs(y[32 * j + i] - x[32 * j + i]), (hi - lo) / 31 * 1.5f) << 32 * j + i;
+  }
+  for (int i = 0; i < 512; ++i) {
+    err5 += (y[i] - x[i]) * (y[i] - x[i]);
+    err4 += (y4[i] - x[i]) * (y4[i] - x[i]);
+  }
+  EXPECT_LT(err5, err4 / 3);  // one more bit: about a quarter of the squared error
+  EXPECT_THROW(convert_from_f32(x, DType::kQ5_K, b, 128), Error);
 }
 
 // Properties of the Q4_K quantizer (its bytes are checked against llama.cpp's own
@@ -474,6 +595,7 @@ TEST(LinearBlocks, RejectsRowsOfPartialBlocks) {
   EXPECT_THROW(linear(x, 1, WeightView{w.data(), DType::kQ8_0, 2, 48}, nullptr, y), Error);
   EXPECT_THROW(linear(x, 1, WeightView{w.data(), DType::kQ4_0, 2, 48}, nullptr, y), Error);
   EXPECT_THROW(linear(x, 1, WeightView{w.data(), DType::kQ4_K, 2, 288}, nullptr, y), Error);
+  EXPECT_THROW(linear(x, 1, WeightView{w.data(), DType::kQ5_K, 2, 288}, nullptr, y), Error);
   EXPECT_THROW(linear(x, 1, WeightView{w.data(), DType::kQ6_K, 2, 288}, nullptr, y), Error);
 }
 

@@ -145,7 +145,8 @@ def write_model_meta(wr, cfg, ttype, vocab=None):
     wr.add_file_type({"F32": gguf.LlamaFileType.ALL_F32, "F16": gguf.LlamaFileType.MOSTLY_F16,
                       "BF16": gguf.LlamaFileType.MOSTLY_BF16, "Q8_0": gguf.LlamaFileType.MOSTLY_Q8_0,
                       "Q4_0": gguf.LlamaFileType.MOSTLY_Q4_0, "Q4_K": gguf.LlamaFileType.MOSTLY_Q4_K_S,
-                      "Q6_K": gguf.LlamaFileType.MOSTLY_Q6_K, "Q4_K_M": gguf.LlamaFileType.MOSTLY_Q4_K_M}[ttype])
+                      "Q5_K": gguf.LlamaFileType.MOSTLY_Q5_K_S, "Q6_K": gguf.LlamaFileType.MOSTLY_Q6_K,
+                      "Q4_K_M": gguf.LlamaFileType.MOSTLY_Q4_K_M, "Q5_K_M": gguf.LlamaFileType.MOSTLY_Q5_K_M}[ttype])
     if vocab:
         add_vocab(wr, *vocab)
     else:
@@ -154,7 +155,7 @@ def write_model_meta(wr, cfg, ttype, vocab=None):
 
 def our_blocks(cfg, W, tmp, fmt):
     """{HF name: (uint8 [rows, bytes], GGML type name)} of our quantizer's k-quant blocks (gguf-py has
-    no Q4_K/Q6_K quantizer; ours equal llama.cpp's reference ones, tests/model/quantize_oracle.py)."""
+    no Q4_K/Q5_K/Q6_K quantizer; ours equal llama.cpp's reference ones, tests/model/quantize_oracle.py)."""
     c = of.Cfg(cfg)
     src, out = os.path.join(tmp, "kq_src"), os.path.join(tmp, "kq_out")
     shutil.rmtree(src, ignore_errors=True)
@@ -166,11 +167,11 @@ def our_blocks(cfg, W, tmp, fmt):
 
 
 def k_quant_blocks(cfg, W, tmp, ttype):
-    """Blocks for ttype Q4_K, Q6_K, or Q4_K_M (llama.cpp's mixture: Q4_K, with the embedding, attn_v
-    and ffn_down in Q6_K)."""
-    if ttype != "Q4_K_M":
+    """Blocks for ttype Q4_K, Q5_K, Q6_K, Q4_K_M or Q5_K_M (llama.cpp's mixtures: Q4_K or Q5_K, with
+    the embedding, attn_v and ffn_down in Q6_K)."""
+    if not ttype.endswith("_M"):
         return our_blocks(cfg, W, tmp, ttype.lower())
-    q4, q6 = our_blocks(cfg, W, tmp, "q4_k"), our_blocks(cfg, W, tmp, "q6_k")
+    q4, q6 = our_blocks(cfg, W, tmp, ttype[:4].lower()), our_blocks(cfg, W, tmp, "q6_k")
     wide = ("embed_tokens", "v_proj", "down_proj")
     return {n: (q6 if any(w in n for w in wide) else q4)[n] for n in q4}
 
@@ -233,7 +234,7 @@ def test_model(name, tmp, lv):
     c = of.Cfg(cfg)
     W = of.random_weights(c)
     seqs = [[(7 * i + 3) % c.vocab for i in range(1, 30)], [(11 * i + 5) % c.vocab for i in range(1, 9)]]
-    k_quants = ["Q4_K", "Q6_K", "Q4_K_M"] if name == "llama_q4_k" else []
+    k_quants = ["Q4_K", "Q5_K", "Q6_K", "Q4_K_M", "Q5_K_M"] if name == "llama_q4_k" else []
     for ttype in TYPES + k_quants:
         path = os.path.join(tmp, "%s_%s.gguf" % (name, ttype))
         ref = os.path.join(tmp, "%s_%s_ref" % (name, ttype))
@@ -244,7 +245,7 @@ def test_model(name, tmp, lv):
                                        "freq_factors": [float(x) for x in llama3_freq_factors(cfg)]}
         of.save_model(ref, ref_cfg, [(n, held[n]) for n, _, _ in of.param_shapes(c)], "F32")
         want = qo.score_at("auto", ref, seqs, tmp)
-        for level in (lv if ttype in ("Q4_0", "Q4_K", "Q6_K", "Q4_K_M", "BF16") else ["auto"]):
+        for level in (lv if ttype in ["Q4_0", "BF16"] + k_quants else ["auto"]):
             got = qo.score_at(level, path, seqs, tmp)
             check(got.tobytes() == want.tobytes(),
                   "%s %s (%s): logits of the GGUF file == f32 logits of the values it holds" % (name, ttype, level))
@@ -408,15 +409,15 @@ def test_errors(tmp):
     r = of.run(["score", "--model", head, "--ids", "1,2,3"], expect_ok=False)
     check(r.returncode != 0 and "truncated" in r.stderr, "a GGUF cut inside its header is refused: %s"
           % r.stderr.strip()[-150:])
-    # An unsupported tensor type (Q6_K, bytes of the right size) and architecture.
+    # An unsupported tensor type (Q3_K, bytes of the right size) and architecture.
     c = of.Cfg(MODELS["llama_gqa"])
     for what, arch in (("type", "llama"), ("arch", "gpt2")):
         path = os.path.join(tmp, "bad_%s.gguf" % what)
         wr = gguf.GGUFWriter(path, arch)
         if arch == "llama":
             write_model_meta(wr, MODELS["llama_gqa"], "F32")
-            wr.add_tensor("token_embd.weight", np.zeros((c.vocab, 176), np.uint8),
-                          raw_dtype=gguf.GGMLQuantizationType.Q5_K)  # 256 elements per row
+            wr.add_tensor("token_embd.weight", np.zeros((c.vocab, 110), np.uint8),
+                          raw_dtype=gguf.GGMLQuantizationType.Q3_K)  # 256 elements per row
         else:
             wr.add_block_count(1)
             placeholder_vocab(wr, c.vocab)
@@ -425,7 +426,7 @@ def test_errors(tmp):
         wr.write_tensors_to_file()
         wr.close()
         r = of.run(["score", "--model", path, "--ids", "1,2,3"], expect_ok=False)
-        needle = "gpt2" if arch == "gpt2" else "Q5_K"
+        needle = "gpt2" if arch == "gpt2" else "Q3_K"
         check(r.returncode != 0 and needle in r.stderr, "unsupported %s refused: %s" % (what, r.stderr.strip()[-150:]))
     r = of.run(["train", "--model", good, "--data", os.path.join(tmp, "none"), "--output", os.path.join(tmp, "t")],
                expect_ok=False)

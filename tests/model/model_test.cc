@@ -169,9 +169,9 @@ TEST(ModelConfig, QuantizationConfigWithTensorFormats) {
   EXPECT_EQ(c.tensor_dtype("model.layers.0.mlp.up_proj.weight"), DType::kQ4_0);
   EXPECT_EQ(ModelConfig::from_json(c.to_json()).to_json(), c.to_json());
   EXPECT_NE(c.summary().find("model.embed_tokens.weight q8_0"), std::string::npos);
-  j["quantization_config"]["tensor_formats"]["lm_head.weight"] = "q5_k";
+  j["quantization_config"]["tensor_formats"]["lm_head.weight"] = "q3_k";
   const std::string e = error_of([&] { ModelConfig::from_json(j, "x/config.json"); });
-  EXPECT_NE(e.find("x/config.json: quantization_config.tensor_formats[\"lm_head.weight\"] is \"q5_k\""), std::string::npos)
+  EXPECT_NE(e.find("x/config.json: quantization_config.tensor_formats[\"lm_head.weight\"] is \"q3_k\""), std::string::npos)
       << e;
   j["quantization_config"]["tensor_formats"] = "q8_0";
   EXPECT_NE(error_of([&] { ModelConfig::from_json(j); }).find("must be an object"), std::string::npos);

@@ -1,15 +1,15 @@
 #!/usr/bin/python3
-"""Oracle test of `astrai quantize --type q8_0|q4_0|q4_k|q6_k` and of loading quantized checkpoints, against
+"""Oracle test of `astrai quantize --type q8_0|q4_0|q4_k|q5_k|q6_k` and of loading quantized checkpoints, against
 llama.cpp's own code (gguf-py and ggml-quants.c, from the llama.cpp source in node-llama-cpp's git
 bundle, assets/npm/node-llama-cpp/llama/gitRelease.bundle) and PyTorch.
 Per random-weight model (f32, bf16 and f16 checkpoints; MHA/GQA/MQA, tied, biases, qk-norm, MLA):
   * every matrix written is byte for byte what gguf-py's Q8_0 / Q4_0 quantizer (bit-exact with
     ggml-quants.c's reference) makes of the same values; vectors are kept as f32, exactly;
-  * Q4_K and Q6_K (gguf-py has no quantizer for them): byte for byte what ggml-quants.c's
-    quantize_row_q4_K_ref / quantize_row_q6_K_ref, compiled here from the bundle's source (cc,
+  * Q4_K, Q5_K and Q6_K (gguf-py has no quantizer for them): byte for byte what ggml-quants.c's
+    quantize_row_q4_K_ref / q5_K_ref / q6_K_ref, compiled here from the bundle's source (cc,
     about 5 s), makes of the same values, on the test models and on adversarial super-blocks
     (zeros, constants, one outlier, one sign only, huge and tiny magnitudes, mixed scales, exact
-    ties); the dequantization is gguf-py's Q4_K / Q6_K;
+    ties); the dequantization is gguf-py's Q4_K / Q5_K / Q6_K;
   * `astrai score` logits of the quantized checkpoint equal, bit for bit, those of an f32 checkpoint
     holding gguf-py's dequantization of the same blocks (chunked paged prefill too), on every
     CPU level this machine runs; greedy generations are the same tokens;
@@ -38,8 +38,8 @@ BUNDLE = os.path.join(ASSETS, "npm", "node-llama-cpp", "llama", "gitRelease.bund
 MODELS = ["llama_mha_bias_tied_sharded", "qwen3_qknorm_mqa8_dynamic_bf16", "mistral_gqa8_f16", "arlm_mla_gate"]
 # How far the quantized model's logits may be from the unquantized model's (max |diff| / max |ref|):
 # quantization is lossy; these bounds only catch a broken format (observed: q8_0 ~0.02, q4_0 ~0.2).
-LOSSY_BOUND = {"q8_0": 0.1, "q4_0": 0.6, "q4_k": 0.6, "q6_k": 0.2}
-# Q4_K and Q6_K need matrices whose input width is a multiple of 256 (quantizing others is an error).
+LOSSY_BOUND = {"q8_0": 0.1, "q4_0": 0.6, "q4_k": 0.6, "q5_k": 0.4, "q6_k": 0.2}
+# The k-quants need matrices whose input width is a multiple of 256 (quantizing others is an error).
 Q4K_MODELS = {
     "llama_q4k_gqa": (of.base("llama", hidden_size=256, intermediate_size=512, num_attention_heads=4,
                               num_key_value_heads=2, attention_bias=True), "F32", 2, False),
@@ -47,7 +47,7 @@ Q4K_MODELS = {
                                       num_key_value_heads=1, head_dim=64, tie_word_embeddings=True), "BF16", 1, False),
 }
 check = of.check
-GGML_FORMATS = ("q4_k", "q6_k")  # quantized by ggml-quants.c's reference (gguf-py has no quantizer)
+GGML_FORMATS = ("q4_k", "q5_k", "q6_k")  # quantized by ggml-quants.c's reference (gguf-py has no quantizer)
 
 
 def gguf_py(tmp):
@@ -59,14 +59,15 @@ def gguf_py(tmp):
     sys.path.insert(0, os.path.join(src, "gguf-py"))
     from gguf import quants, GGMLQuantizationType  # noqa: E402
     return quants, {"q8_0": GGMLQuantizationType.Q8_0, "q4_0": GGMLQuantizationType.Q4_0,
-                    "q4_k": GGMLQuantizationType.Q4_K, "q6_k": GGMLQuantizationType.Q6_K}
+                    "q4_k": GGMLQuantizationType.Q4_K, "q5_k": GGMLQuantizationType.Q5_K,
+                    "q6_k": GGMLQuantizationType.Q6_K}
 
 
 class GgmlKQuants:
-    """quantize_row_q4_K_ref and quantize_row_q6_K_ref from the bundle's ggml-quants.c, compiled
+    """quantize_row_q4_K_ref, _q5_K_ref and _q6_K_ref from the bundle's ggml-quants.c, compiled
     here (baseline x86-64 / AArch64, no FMA contraction: the C semantics of the reference) and
     called through ctypes."""
-    BLOCK_BYTES = {"q4_k": 144, "q6_k": 210}
+    BLOCK_BYTES = {"q4_k": 144, "q5_k": 176, "q6_k": 210}
 
     def __init__(self, tmp):
         src = os.path.join(tmp, "llama.cpp")
@@ -87,11 +88,11 @@ class GgmlKQuants:
 
     def quantize(self, values, fmt):
         """uint8 [rows, cols / 256 * block bytes] of an f32 [rows, cols] array (cols a multiple of
-        256), fmt "q4_k" or "q6_k"."""
+        256), fmt "q4_k", "q5_k" or "q6_k"."""
         x = np.ascontiguousarray(values, dtype=np.float32)
         out = np.zeros((x.shape[0], x.shape[1] // 256 * self.BLOCK_BYTES[fmt]), dtype=np.uint8)
         vp = self.ctypes.c_void_p
-        fn = self.lib.quantize_row_q4_K_ref if fmt == "q4_k" else self.lib.quantize_row_q6_K_ref
+        fn = getattr(self.lib, "quantize_row_%s_K_ref" % fmt[:2])
         fn(vp(x.ctypes.data), vp(out.ctypes.data), self.ctypes.c_int64(x.size))
         return out
 
@@ -214,7 +215,7 @@ FLIPPED_SHARE = 0.75
 
 
 def test_q8_activations(name, fmt, c, q, Wd, quantized, seqs, ref_f32, tmp, lv):
-    block = 256 if fmt in ("q4_k", "q6_k") else 32
+    block = 256 if fmt in GGML_FORMATS else 32
     want = score_at("generic", q, seqs, tmp, activations="q8")
     same_on_levels(name, q, seqs, tmp, lv, want, "q8 activations == generic, bit for bit", "q8")
     chunked = score_at("auto", q, seqs, tmp, ["--chunk", "5", "--page-size", "4"], activations="q8")
@@ -286,10 +287,10 @@ def test_embedding_type_errors(tmp):
           % r.stderr.strip()[-160:])
     q = os.path.join(tmp, "mistral_gqa8_f16_emb_q8_0")
     cfg = json.load(open(os.path.join(q, "config.json")))
-    cfg["quantization_config"]["tensor_formats"]["model.embed_tokens.weight"] = "q5_k"
+    cfg["quantization_config"]["tensor_formats"]["model.embed_tokens.weight"] = "q3_k"
     json.dump(cfg, open(os.path.join(q, "config.json"), "w"))
     r = of.run(["score", "--model", q, "--ids", "1,2,3"], expect_ok=False)
-    check(r.returncode != 0 and "tensor_formats" in r.stderr and "q5_k" in r.stderr,
+    check(r.returncode != 0 and "tensor_formats" in r.stderr and "q3_k" in r.stderr,
           "an unknown tensor_formats entry is a clear error: %s" % r.stderr.strip()[-160:])
 
 
@@ -317,8 +318,8 @@ def test_activations_option(q):
 def test_errors(src, q, tmp):
     r = of.run(["info", "--model", q], expect_ok=False)
     check(r.returncode == 0 and "q8_0" in r.stdout, "info names the q8_0 format")
-    r = of.run(["quantize", "--model", src, "--output", os.path.join(tmp, "x"), "--type", "q5_k"], expect_ok=False)
-    check(r.returncode != 0 and "q5_k" in r.stderr, "an unknown --type is refused: %s" % r.stderr.strip()[:120])
+    r = of.run(["quantize", "--model", src, "--output", os.path.join(tmp, "x"), "--type", "q3_k"], expect_ok=False)
+    check(r.returncode != 0 and "q3_k" in r.stderr, "an unknown --type is refused: %s" % r.stderr.strip()[:120])
     r = of.run(["quantize", "--model", src, "--output", src], expect_ok=False)
     check(r.returncode != 0 and "--output" in r.stderr, "quantizing into the source directory is refused")
     r = of.run(["train", "--model", q, "--data", os.path.join(tmp, "none"), "--output", os.path.join(tmp, "t")],
@@ -379,7 +380,7 @@ def adversarial_blocks(rng):
 
 
 def test_k_adversarial(ggml, tmp, fmt):
-    """`astrai quantize --type q4_k|q6_k` on a checkpoint whose matrices hold adversarial rows."""
+    """`astrai quantize --type q4_k|q5_k|q6_k` on a checkpoint whose matrices hold adversarial rows."""
     cfg_json, _, _, _ = Q4K_MODELS["llama_q4k_gqa"]
     c = of.Cfg(cfg_json)
     rng = np.random.default_rng(11)
@@ -450,9 +451,10 @@ def main():
         ggml = GgmlKQuants(tmp)
         for name, spec in Q4K_MODELS.items():
             outs["q4_k"] = test_model(name, "q4_k", quants, qtypes["q4_k"], tmp, lv, ggml, spec)
-        # Q6_K: the GQA model with biases (f32; the other model's paths are format-independent).
+        # Q5_K, Q6_K: the GQA model with biases (f32; the other model's paths are format-independent).
         name = "llama_q4k_gqa"
-        outs["q6_k"] = test_model(name, "q6_k", quants, qtypes["q6_k"], tmp, lv, ggml, Q4K_MODELS[name])
+        for fmt in ("q5_k", "q6_k"):
+            outs[fmt] = test_model(name, fmt, quants, qtypes[fmt], tmp, lv, ggml, Q4K_MODELS[name])
         for fmt in GGML_FORMATS:
             test_k_adversarial(ggml, tmp, fmt)
         for fmt in ("q4_0",) + GGML_FORMATS:

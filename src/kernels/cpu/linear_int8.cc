@@ -7,7 +7,7 @@
 // the nibble formats directly as unsigned bytes), pairs summed by `madd` (times the sub-block
 // scale for the k-quants), and the 8 outputs' sums reduced together by `hadd` into one vector
 // whose lanes are the outputs, so the f32 chain of every output runs in its own lane. With more
-// rows than one tile, Q4_0, Q4_K and Q6_K groups are first interleaved by output in cache (see
+// rows than one tile, Q4_0, Q4_K, Q5_K and Q6_K groups are first interleaved by output in cache (see
 // "Many rows" below), which needs no reduction at all.
 #include "kernels/cpu/linear_int8.h"
 
@@ -78,7 +78,7 @@ float f16_at(const uint8_t* p) {
   return f16_widen(h);
 }
 
-// The 6-bit scales and mins of a Q4_K block (bytes: sc[0..7], m[0..7]), 4 at a time from the 12
+// The 6-bit scales and mins of a Q4_K or Q5_K block (bytes: sc[0..7], m[0..7]), 4 at a time from the 12
 // scale bytes as little-endian words (q4_k_scale_min gives the same values one at a time).
 void q4k_scales_mins(const uint8_t* b, uint8_t* out) {
   uint32_t w[3];
@@ -127,6 +127,16 @@ int32_t q4k_sub_sum(const uint8_t* blk, int j, const int8_t* x) {
   const uint8_t* qs = blk + kQ4KQuantsAt + j / 2 * 32;
   return dot32(nibbles(vld1q_u8(qs), j % 2), nibbles(vld1q_u8(qs + 16), j % 2), x);
 }
+// Q5_K: sub-block j's 32 quants (nibbles and the fifth bit, bit j of qh) times x[0, 32).
+int32_t q5k_sub_sum(const uint8_t* blk, int j, const int8_t* x) {
+  const uint8_t* qs = blk + kQ5KQuantsAt + j / 2 * 32;
+  const uint8_t* qh = blk + kQ5KHighAt;
+  const auto quants = [&](int o) {
+    const uint8x16_t fifth = vshlq_n_u8(vandq_u8(vshlq_u8(vld1q_u8(qh + o), vdupq_n_s8(static_cast<int8_t>(-j))), vdupq_n_u8(1)), 4);
+    return vorrq_s8(nibbles(vld1q_u8(qs + o), j % 2), vreinterpretq_s8_u8(fifth));
+  };
+  return dot32(quants(0), quants(16), x);
+}
 // Q6_K: s[g] = the 16 products of group g (quants - 32) with x, g < 16.
 void q6k_group_sums(const uint8_t* blk, const int8_t* x, int32_t* s) {
   int8_t q[256];
@@ -148,6 +158,11 @@ int32_t q4k_sub_sum(const uint8_t* blk, int j, const int8_t* x) {
   for (int e = 0; e < 32; ++e) s += ((blk[kQ4KQuantsAt + j / 2 * 32 + e] >> (j % 2 * 4)) & 15) * x[e];
   return s;
 }
+int32_t q5k_sub_sum(const uint8_t* blk, int j, const int8_t* x) {
+  int32_t s = 0;
+  for (int e = 0; e < 32; ++e) s += q5_k_quant(blk, 32 * j + e) * x[e];
+  return s;
+}
 void q6k_group_sums(const uint8_t* blk, const int8_t* x, int32_t* s) {
   for (int g = 0; g < 16; ++g) {
     s[g] = 0;
@@ -167,14 +182,14 @@ float dot_ref(const uint8_t* wr, const ActRows& a, int64_t i, int64_t nb) {
     if constexpr (T == DType::kQ8_0 || T == DType::kQ4_0) {
       const int32_t s = block_sum<T>(blk, xq + b * kQBlock);
       acc = std::fma(f16_at(blk) * dx[b], static_cast<float>(s), acc);
-    } else if constexpr (T == DType::kQ4_K) {
+    } else if constexpr (T == DType::kQ4_K || T == DType::kQ5_K) {
       const int8_t* x = xq + b * kQKBlock;
       const int16_t* xs = a.s32 + i * (a.k / 32) + b * 8;
       uint8_t sm[16];
       q4k_scales_mins(blk, sm);
       int32_t sa = 0, sb = 0;
       for (int j = 0; j < 8; ++j) {
-        sa += sm[j] * q4k_sub_sum(blk, j, x + 32 * j);
+        sa += sm[j] * (T == DType::kQ4_K ? q4k_sub_sum(blk, j, x + 32 * j) : q5k_sub_sum(blk, j, x + 32 * j));
         sb += sm[8 + j] * xs[j];
       }
       acc = std::fma(f16_at(blk) * dx[b], static_cast<float>(sa), acc);
@@ -288,20 +303,38 @@ inline __m256i pair_words(__m256i s32) {
   return _mm256_or_si256(_mm256_and_si256(s32, _mm256_set1_epi32(0xffff)), _mm256_slli_epi32(s32, 16));
 }
 
-// Q4_K: R rows from i0 times the 8 W rows at w, nb super-blocks.
-template <int R>
+// Q4_K / Q5_K: the 64 quants of sub-blocks 2c and 2c + 1 at blk: nibbles of qs's 32 bytes c,
+// Q5_K's fifth bits (bits 2c, 2c + 1 of qh) added in.
+template <DType T>
+inline void k_quants(const uint8_t* blk, int c, __m256i* lo, __m256i* hi) {
+  const __m256i low4 = _mm256_set1_epi8(15);
+  if constexpr (T == DType::kQ4_K) {
+    const __m256i v = load256(blk + kQ4KQuantsAt + 32 * c);
+    *lo = _mm256_and_si256(v, low4);
+    *hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+  } else {
+    const __m256i v = load256(blk + kQ5KQuantsAt + 32 * c), qh = load256(blk + kQ5KHighAt), one = _mm256_set1_epi8(1);
+    const __m256i b0 = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * c)), one);
+    const __m256i b1 = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * c + 1)), one);
+    *lo = _mm256_or_si256(_mm256_and_si256(v, low4), _mm256_slli_epi16(b0, 4));
+    *hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), low4), _mm256_slli_epi16(b1, 4));
+  }
+}
+
+// Q4_K / Q5_K: R rows from i0 times the 8 W rows at w, nb super-blocks.
+template <DType T, int R>
 void tile_q4k(const ActRows& a, int64_t i0, const uint8_t* w, int64_t rb, int64_t nb, const float* bias, float* y,
               int64_t ldy, const uint8_t* pf) {
-  const __m256i low4 = _mm256_set1_epi8(15);
+  constexpr int64_t kBytes = block_bytes(T);
   const int64_t nbx = a.k / kQKBlock;
   __m256 acc[R];
   for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
-    prefetch_share(pf, b, 8 * kQ4KBlockBytes);
+    prefetch_share(pf, b, 8 * kBytes);
     alignas(32) __m256i part[R][8];
     alignas(32) int32_t mins[R][8];
     for (int n = 0; n < 8; ++n) {
-      const uint8_t* blk = w + n * rb + b * kQ4KBlockBytes;
+      const uint8_t* blk = w + n * rb + b * kBytes;
       alignas(16) uint8_t sm[16];
       q4k_scales_mins(blk, sm);
       const __m256i sc = pair_words(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sm))));
@@ -310,8 +343,8 @@ void tile_q4k(const ActRows& a, int64_t i0, const uint8_t* w, int64_t rb, int64_
       for (int r = 0; r < R; ++r) s[r] = _mm256_setzero_si256();
 #pragma GCC unroll 4
       for (int c = 0; c < 4; ++c) {
-        const __m256i v = load256(blk + kQ4KQuantsAt + 32 * c);
-        const __m256i lo = _mm256_and_si256(v, low4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+        __m256i lo, hi;
+        k_quants<T>(blk, c, &lo, &hi);
         const __m256i slo = _mm256_permutevar8x32_epi32(sc, _mm256_set1_epi32(2 * c));
         const __m256i shi = _mm256_permutevar8x32_epi32(sc, _mm256_set1_epi32(2 * c + 1));
         for (int r = 0; r < R; ++r) {
@@ -329,7 +362,7 @@ void tile_q4k(const ActRows& a, int64_t i0, const uint8_t* w, int64_t rb, int64_
         mins[r][n] = _mm_cvtsi128_si32(t);
       }
     }
-    const __m256 d = f16x8(w + b * kQ4KBlockBytes, rb), dmin = f16x8(w + b * kQ4KBlockBytes + 2, rb);
+    const __m256 d = f16x8(w + b * kBytes, rb), dmin = f16x8(w + b * kBytes + 2, rb);
     for (int r = 0; r < R; ++r) {
       const __m256 dx = _mm256_set1_ps(a.d[(i0 + r) * nbx + b]);
       const __m256 sa = _mm256_cvtepi32_ps(reduce_outputs(part[r]));
@@ -394,7 +427,7 @@ void tile_q6k(const ActRows& a, int64_t i0, const uint8_t* w, int64_t rb, int64_
 template <DType T, int R>
 void tile(const ActRows& a, int64_t i0, const uint8_t* w, int64_t rb, int64_t nb, const float* bias, float* y,
           int64_t ldy, const uint8_t* pf) {
-  if constexpr (T == DType::kQ4_K) tile_q4k<R>(a, i0, w, rb, nb, bias, y, ldy, pf);
+  if constexpr (T == DType::kQ4_K || T == DType::kQ5_K) tile_q4k<T, R>(a, i0, w, rb, nb, bias, y, ldy, pf);
   else if constexpr (T == DType::kQ6_K) tile_q6k<R>(a, i0, w, rb, nb, bias, y, ldy, pf);
   else tile_q32<T, R>(a, i0, w, rb, nb, bias, y, ldy, pf);
 }
@@ -481,24 +514,22 @@ void tile_q4_0_steps(const ActRows& a, int64_t i0, const uint8_t* steps, const f
   for (int r = 0; r < R; ++r) store_outputs(acc[r], bias, y + (i0 + r) * ldy);
 }
 
-// Q4_K, per super-block of the group (kQ4KSteps bytes): for each sub-block j its 8 nibble steps,
+// Q4_K and Q5_K, per super-block of the group (kQ4KSteps bytes): for each sub-block j its 8 steps
+// of quants (nibbles; Q5_K's with their fifth bit),
 // then 8 int16 pairs (sc_j of output n in lanes 2n, 2n+1) per sub-block, then per pair of
 // sub-blocks (j, j + 1) the mins (m_j of output n in lane 2n, m_{j+1} in lane 2n + 1).
 // The f32 d and dmin of the 8 outputs go to `scales` ([super-block][d x 8, dmin x 8]).
 constexpr int64_t kQ4KSteps = 8 * kBlockSteps * kStepBytes + 8 * 32 + 4 * 32;
 
+template <DType T>
 void interleave_q4_k(const uint8_t* w, int64_t rb, int64_t nb, uint8_t* steps, float* scales) {
-  const __m256i low4 = _mm256_set1_epi8(15);
+  constexpr int64_t kBytes = block_bytes(T);
   for (int64_t b = 0; b < nb; ++b) {
     uint8_t* out = steps + b * kQ4KSteps;
     alignas(32) int16_t sc[8][16], mins[4][16];
     for (int c = 0; c < 4; ++c) {  // sub-blocks 2c (low nibbles) and 2c + 1 (high)
       __m256i lo[8], hi[8], st[8];
-      for (int n = 0; n < 8; ++n) {
-        const __m256i v = load256(w + n * rb + b * kQ4KBlockBytes + kQ4KQuantsAt + 32 * c);
-        lo[n] = _mm256_and_si256(v, low4);
-        hi[n] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
-      }
+      for (int n = 0; n < 8; ++n) k_quants<T>(w + n * rb + b * kBytes, c, &lo[n], &hi[n]);
       transpose8x8_epi32(lo, st);
       for (int q = 0; q < 8; ++q)
         _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + ((2 * c) * kBlockSteps + q) * kStepBytes), st[q]);
@@ -508,7 +539,7 @@ void interleave_q4_k(const uint8_t* w, int64_t rb, int64_t nb, uint8_t* steps, f
     }
     for (int n = 0; n < 8; ++n) {
       uint8_t sm[16];
-      q4k_scales_mins(w + n * rb + b * kQ4KBlockBytes, sm);
+      q4k_scales_mins(w + n * rb + b * kBytes, sm);
       for (int j = 0; j < 8; ++j) sc[j][2 * n] = sc[j][2 * n + 1] = sm[j];
       for (int j = 0; j < 8; j += 2) {
         mins[j / 2][2 * n] = sm[8 + j];
@@ -517,13 +548,15 @@ void interleave_q4_k(const uint8_t* w, int64_t rb, int64_t nb, uint8_t* steps, f
     }
     std::memcpy(out + 8 * kBlockSteps * kStepBytes, sc, sizeof sc);
     std::memcpy(out + 8 * kBlockSteps * kStepBytes + sizeof sc, mins, sizeof mins);
-    _mm256_storeu_ps(scales + b * 16, f16x8(w + b * kQ4KBlockBytes, rb));
-    _mm256_storeu_ps(scales + b * 16 + 8, f16x8(w + b * kQ4KBlockBytes + 2, rb));
+    _mm256_storeu_ps(scales + b * 16, f16x8(w + b * kBytes, rb));
+    _mm256_storeu_ps(scales + b * 16 + 8, f16x8(w + b * kBytes + 2, rb));
   }
 }
 
-// Q4_K, interleaved: R rows from i0 times the group.
-template <int R>
+// Q4_K / Q5_K, interleaved: R rows from i0 times the group. Q5_K's products (at most 31 * 127
+// per byte pair) add up in int16 over half a sub-block (8 * 31 * 127 = 31496), then `madd` by
+// the scale; Q4_K's over a whole one.
+template <DType T, int R>
 void tile_q4_k_steps(const ActRows& a, int64_t i0, const uint8_t* steps, const float* scales, int64_t nb,
                      const float* bias, float* y, int64_t ldy) {
   const int64_t nbx = a.k / kQKBlock;
@@ -533,19 +566,23 @@ void tile_q4_k_steps(const ActRows& a, int64_t i0, const uint8_t* steps, const f
     const uint8_t* blk = steps + b * kQ4KSteps;
     __m256i sa[R];
     for (int r = 0; r < R; ++r) sa[r] = _mm256_setzero_si256();
+    constexpr int kSumSteps = T == DType::kQ5_K ? kBlockSteps / 2 : kBlockSteps;
     for (int j = 0; j < 8; ++j) {
-      __m256i s16[R];
-      for (int r = 0; r < R; ++r) s16[r] = _mm256_setzero_si256();
-#pragma GCC unroll 8
-      for (int q = 0; q < kBlockSteps; ++q) {
-        const __m256i wv = load256(blk + (j * kBlockSteps + q) * kStepBytes);
-        for (int r = 0; r < R; ++r) {
-          const int8_t* x = a.q + (i0 + r) * a.k + b * kQKBlock + 32 * j + 4 * q;
-          s16[r] = _mm256_add_epi16(s16[r], _mm256_maddubs_epi16(wv, broadcast4(x)));
-        }
-      }
       const __m256i scv = load256(blk + 8 * kBlockSteps * kStepBytes + 32 * j);
-      for (int r = 0; r < R; ++r) sa[r] = _mm256_add_epi32(sa[r], _mm256_madd_epi16(s16[r], scv));
+#pragma GCC unroll 2
+      for (int q0 = 0; q0 < kBlockSteps; q0 += kSumSteps) {
+        __m256i s16[R];
+        for (int r = 0; r < R; ++r) s16[r] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+        for (int q = q0; q < q0 + kSumSteps; ++q) {
+          const __m256i wv = load256(blk + (j * kBlockSteps + q) * kStepBytes);
+          for (int r = 0; r < R; ++r) {
+            const int8_t* x = a.q + (i0 + r) * a.k + b * kQKBlock + 32 * j + 4 * q;
+            s16[r] = _mm256_add_epi16(s16[r], _mm256_maddubs_epi16(wv, broadcast4(x)));
+          }
+        }
+        for (int r = 0; r < R; ++r) sa[r] = _mm256_add_epi32(sa[r], _mm256_madd_epi16(s16[r], scv));
+      }
     }
     __m256i sb[R];
     for (int r = 0; r < R; ++r) sb[r] = _mm256_setzero_si256();
@@ -652,22 +689,22 @@ void tile_q6_k_steps(const ActRows& a, int64_t i0, const uint8_t* steps, const f
 
 constexpr int kStepTileRows = 6;
 
-// Rows [i0, i1) of x times the 8 W rows at w through the interleaved copy (Q4_0, Q4_K, Q6_K).
+// Rows [i0, i1) of x times the 8 W rows at w through the interleaved copy (Q4_0, Q4_K, Q5_K, Q6_K).
 template <DType T>
 void outputs_steps(const ActRows& a, int64_t i0, int64_t i1, const uint8_t* w, int64_t nb, const float* bias,
                    float* y, int64_t ldy) {
-  constexpr bool k4 = T == DType::kQ4_K, k6 = T == DType::kQ6_K;
+  constexpr bool k4 = T == DType::kQ4_K || T == DType::kQ5_K, k6 = T == DType::kQ6_K;
   const int64_t step_bytes = k4 ? nb * kQ4KSteps : k6 ? nb * kQ6KSteps : nb * kBlockSteps * kStepBytes;
   thread_local std::vector<uint8_t> steps;  // grown, never shrunk
   thread_local std::vector<float> scales;
   if (steps.size() < static_cast<size_t>(step_bytes)) steps.resize(static_cast<size_t>(step_bytes));
   if (scales.size() < static_cast<size_t>(nb * 16)) scales.resize(static_cast<size_t>(nb * 16));
-  if constexpr (k4) interleave_q4_k(w, nb * kQ4KBlockBytes, nb, steps.data(), scales.data());
+  if constexpr (k4) interleave_q4_k<T>(w, nb * block_bytes(T), nb, steps.data(), scales.data());
   else if constexpr (k6) interleave_q6_k(w, nb * kQ6KBlockBytes, nb, steps.data(), scales.data());
   else interleave_q4_0(w, nb * kQ4BlockBytes, nb, steps.data(), scales.data());
   const auto run = [&](auto rows, int64_t i) {
     constexpr int kR = decltype(rows)::value;
-    if constexpr (k4) tile_q4_k_steps<kR>(a, i, steps.data(), scales.data(), nb, bias, y, ldy);
+    if constexpr (k4) tile_q4_k_steps<T, kR>(a, i, steps.data(), scales.data(), nb, bias, y, ldy);
     else if constexpr (k6) tile_q6_k_steps<kR>(a, i, steps.data(), scales.data(), nb, bias, y, ldy);
     else tile_q4_0_steps<kR>(a, i, steps.data(), scales.data(), nb, bias, y, ldy);
   };
@@ -692,11 +729,11 @@ template <DType T>
 void outputs(const ActRows& a, int64_t i0, int64_t i1, const uint8_t* w, int64_t nr, int64_t nb, const float* bias,
              float* y, int64_t ldy, const uint8_t* pf) {
   if (nr < 8) return outputs_ref<T>(a, i0, i1 - i0, w, nr, nb, bias, y, ldy);
-  if constexpr (T == DType::kQ4_0 || T == DType::kQ4_K || T == DType::kQ6_K) {
-    // Rewriting a group pays off past 1 tile of rows (Q4_0), 2 (Q4_K, whose scales take longer
-    // to rewrite: at 8 rows ~4% slower interleaved, at 16 ~10% faster) or 8 (Q6_K, longer still:
-    // no faster at 16 rows, +20% at prefill's 64).
-    const int64_t from = T == DType::kQ4_0 ? kTileRows : T == DType::kQ4_K ? 2 * kTileRows : 8 * kTileRows;
+  if constexpr (T != DType::kQ8_0) {
+    // Rewriting a group pays off past 1 tile of rows (Q4_0), 2 (Q4_K and Q5_K, whose scales take
+    // longer to rewrite: at 8 rows ~4% slower interleaved, at 16 ~10% faster) or 8 (Q6_K, longer
+    // still: no faster at 16 rows, +20% at prefill's 64).
+    const int64_t from = T == DType::kQ4_0 ? kTileRows : T == DType::kQ6_K ? 8 * kTileRows : 2 * kTileRows;
     if (i1 - i0 > from) return outputs_steps<T>(a, i0, i1, w, nb, bias, y, ldy);
   }
   const int64_t rb = nb * block_bytes(T);
@@ -727,7 +764,7 @@ constexpr int64_t kRowBlock = 64;  // rows of x per pass over a thread's W rows 
 template <DType T>
 void linear_int8_typed(const float* x, int64_t m, const WeightView& w, const float* bias, float* y) {
   const int64_t n = w.rows, k = w.cols, nb = k / block_elems(T);
-  const int64_t block = T == DType::kQ4_K || T == DType::kQ6_K ? kQKBlock : kQBlock;
+  const int64_t block = is_k_quant(T) ? kQKBlock : kQBlock;
   // The quantized rows: one buffer per calling thread, grown, never shrunk.
   thread_local std::vector<int64_t> storage;
   const size_t q_bytes = static_cast<size_t>(m * k), d_bytes = static_cast<size_t>(m * (k / block)) * 4;
@@ -767,6 +804,7 @@ void linear_int8(const float* x, int64_t m, const WeightView& w, const float* bi
     case DType::kQ8_0: return linear_int8_typed<DType::kQ8_0>(x, m, w, bias, y);
     case DType::kQ4_0: return linear_int8_typed<DType::kQ4_0>(x, m, w, bias, y);
     case DType::kQ4_K: return linear_int8_typed<DType::kQ4_K>(x, m, w, bias, y);
+    case DType::kQ5_K: return linear_int8_typed<DType::kQ5_K>(x, m, w, bias, y);
     case DType::kQ6_K: return linear_int8_typed<DType::kQ6_K>(x, m, w, bias, y);
     default: fail("linear_int8: not a quantized weight type: ", dtype_name(w.dtype));
   }

@@ -63,7 +63,7 @@ inline int64_t num_tiles(int64_t m) {
 template <DType T>
 constexpr int64_t kElemBytes = T == DType::kF32 ? 4 : 2;
 
-// Q8_0, Q4_0 (blocks of 32), Q4_K and Q6_K (super-blocks of 256) (tensor/dtype.h): rows of
+// Q8_0, Q4_0 (blocks of 32), Q4_K, Q5_K and Q6_K (super-blocks of 256) (tensor/dtype.h): rows of
 // whole blocks, no K tails.
 template <DType T>
 constexpr bool kBlockType = is_block_type(T);
@@ -75,7 +75,7 @@ constexpr int64_t row_bytes(int64_t k) {
   else return k * kElemBytes<T>;
 }
 
-// A Q4_K block's sub-block multipliers: d * sc[j] in dm[j] and dmin * m[j] in dm[8 + j] (j < 8),
+// A Q4_K (or Q5_K: the same first 16 bytes) block's sub-block multipliers: d * sc[j] in dm[j] and dmin * m[j] in dm[8 + j] (j < 8),
 // from the block at b; exact products (an f16 times a 6-bit integer). The 6-bit fields are
 // unpacked 4 at a time from the 12 scale bytes as 32-bit little-endian words (q4_k_scale_min
 // gives the same values one at a time), then widened and scaled 16 lanes at once.
@@ -101,6 +101,37 @@ inline void q4k_multipliers(const uint8_t* b, float* dm) {
 // of their nibbles: 64 elements per 32 bytes, the first 32 in the low nibbles.
 inline const uint8_t* q4k_quants(const uint8_t* b, int64_t off) { return b + kQ4KQuantsAt + off / 64 * 32 + off % 32; }
 inline int q4k_shift(int64_t off) { return static_cast<int>(off / 32 % 2) * 4; }
+
+// Q5_K: the 256 quants (0..31) of the block at b in element order (q5_k_quant in tensor/dtype.h).
+// Integer work only; written a 32-byte column at a time so it vectorises.
+inline void q5k_unpack(const uint8_t* b, uint8_t* q) {
+  const uint8_t* qh = b + kQ5KHighAt;
+  for (int c = 0; c < 4; ++c) {
+    const uint8_t* qs = b + kQ5KQuantsAt + 32 * c;
+    uint8_t* o = q + 64 * c;
+#pragma GCC ivdep
+    for (int i = 0; i < 32; ++i) {
+      o[i] = static_cast<uint8_t>((qs[i] & 15) | (((qh[i] >> (2 * c)) & 1) << 4));
+      o[32 + i] = static_cast<uint8_t>((qs[i] >> 4) | (((qh[i] >> (2 * c + 1)) & 1) << 4));
+    }
+  }
+}
+
+// Q5_K elements off..off+15 (off a multiple of 16) of the block at b: their quants into q, their
+// sub-block's multipliers d * sc and dmin * m into *d1 and *m1.
+inline void q5k_step(const uint8_t* b, int64_t off, uint8_t* q, float* d1, float* m1) {
+  const int c = static_cast<int>(off / 64), t = static_cast<int>(off % 64 / 32), i0 = static_cast<int>(off % 32);
+  const uint8_t* qs = b + kQ5KQuantsAt + 32 * c + i0;
+  const uint8_t* qh = b + kQ5KHighAt + i0;
+  for (int i = 0; i < 16; ++i) q[i] = static_cast<uint8_t>(((qs[i] >> (4 * t)) & 15) | (((qh[i] >> (2 * c + t)) & 1) << 4));
+  uint16_t dh, mh;
+  std::memcpy(&dh, b, 2);
+  std::memcpy(&mh, b + 2, 2);
+  int sc, m;
+  q4_k_scale_min(b + kQ4KScalesAt, static_cast<int>(off / 32), &sc, &m);
+  *d1 = f16_scalar(dh) * static_cast<float>(sc);
+  *m1 = f16_scalar(mh) * static_cast<float>(m);
+}
 
 // Q6_K: the 16 sub-block multipliers scale * d of the block at b (exact: an f16 times an
 // int8), as one vector.
@@ -147,7 +178,7 @@ inline float q6k_step(const uint8_t* b, int64_t off, int8_t* q) {
 }
 
 // Part h of the 16 weights at element offset `off` (a multiple of 16) of the block at b, as f32
-// (exact for Q8_0, Q4_0 and Q6_K; Q4_K: one rounding, the same on every level).
+// (exact for Q8_0, Q4_0 and Q6_K; Q4_K and Q5_K: one rounding, the same on every level).
 template <DType T>
 inline Part pload_block(const uint8_t* b, int64_t off, int h) {
   if constexpr (T == DType::kQ8_0) {
@@ -157,6 +188,11 @@ inline Part pload_block(const uint8_t* b, int64_t off, int h) {
   } else if constexpr (T == DType::kQ6_K) {
     int8_t q[16];
     return pload_i8(q, q6k_step(b, off, q), h);
+  } else if constexpr (T == DType::kQ5_K) {
+    uint8_t q[16];
+    float d1, m1;
+    q5k_step(b, off, q, &d1, &m1);
+    return pload_u8(q, d1, m1, h);
   } else {
     uint16_t dh, mh;
     std::memcpy(&dh, b, 2);
@@ -196,6 +232,12 @@ inline Vec16 load_w_at(const uint8_t* row, int64_t k) {
       const float d1 = q6k_step(block, k % be, q);
 #pragma GCC unroll 4
       for (int h = 0; h < kParts; ++h) part(v, h) = pload_i8(q, d1, h);
+    } else if constexpr (T == DType::kQ5_K) {
+      uint8_t q[16];
+      float d1, m1;
+      q5k_step(block, k % be, q, &d1, &m1);
+#pragma GCC unroll 4
+      for (int h = 0; h < kParts; ++h) part(v, h) = pload_u8(q, d1, m1, h);
     } else {
 #pragma GCC unroll 4
       for (int h = 0; h < kParts; ++h) part(v, h) = pload_block<T>(block, k % be, h);
@@ -351,7 +393,8 @@ void tile_packed(const float* x, int64_t ldx, const float* wp, int64_t kc, int n
 // The tile of tile_partial and tile_in_place (below) for rows of blocks: a block at a time,
 // each row's pointer moving one block per iteration; the same operations per output as the
 // float tiles. Q8_0 / Q4_0: two 16-wide steps per block. Q4_K: each row's 8 sub-block
-// multipliers (d * sc, dmin * m) decoded once per super-block, then 16 steps. Q6_K: each row's
+// multipliers (d * sc, dmin * m) decoded once per super-block, then 16 steps; Q5_K the same with
+// the 256 quants unpacked to bytes first (in L1). Q6_K: each row's
 // 256 quants unpacked to int8 and its 16 multipliers d * scale once per super-block (in L1),
 // then 16 steps of int8 times multiplier. `prefetch_lines`
 // lines from `prefetch` go to L2, spread over the blocks.
@@ -382,6 +425,18 @@ void tile_blocks(const float* x, int64_t ldx, const void* w, int64_t ld, int64_t
       }
       for (int s = 0; s < 16; ++s)
         tile_step<MR, NR>(x + k + 16 * s, ldx, [&](int c, int h) { return pload_i8(q[c] + 16 * s, dm[c][s], h); }, acc);
+    } else if constexpr (T == DType::kQ5_K) {
+      alignas(64) uint8_t q[NR][kQKBlock];
+      float dm[NR][16];
+#pragma GCC unroll 8
+      for (int c = 0; c < NR; ++c) {
+        q5k_unpack(wrow[c], q[c]);
+        q4k_multipliers(wrow[c], dm[c]);
+      }
+      for (int s = 0; s < 16; ++s)
+        tile_step<MR, NR>(x + k + 16 * s, ldx, [&](int c, int h) {
+          return pload_u8(q[c] + 16 * s, dm[c][s / 2], dm[c][8 + s / 2], h);
+        }, acc);
     } else if constexpr (T == DType::kQ4_K) {
       float dm[NR][16];
 #pragma GCC unroll 8

@@ -42,7 +42,7 @@ namespace {
 // K block of the reduction order, the same for every shape and level. Each block ends in a
 // lane reduction; 1024 instead of 256 made that 4x rarer: +5-18% at M = 32-512 (v4).
 constexpr int64_t kKb = 1024;
-static_assert(kKb % kQKBlock == 0, "a K block holds whole Q4_K / Q6_K super-blocks");
+static_assert(kKb % kQKBlock == 0, "a K block holds whole k-quant super-blocks");
 constexpr int64_t kBlasMinRows = 16;  // non-invariant mode: BLAS from this many rows
 
 #if defined(ASTRAI_ISA_GENERIC)
@@ -265,7 +265,8 @@ void linear_invariant(const float* x, int64_t m, const WeightView& w, const floa
 
 #endif
 
-// dst[k] = float(src[k]) for k < count (exact for bf16, f16, Q8_0, Q4_0 and Q6_K; Q4_K as dequantized).
+// dst[k] = float(src[k]) for k < count (exact for bf16, f16, Q8_0, Q4_0 and Q6_K; Q4_K and Q5_K as
+// dequantized).
 template <DType T>
 void widen(const void* src, int64_t count, float* dst) {
   const uint8_t* s = static_cast<const uint8_t*>(src);
@@ -327,6 +328,7 @@ void linear(const float* x, int64_t m, const WeightView& w, const float* bias, f
     case DType::kQ8_0:
     case DType::kQ4_0:
     case DType::kQ4_K:
+    case DType::kQ5_K:
     case DType::kQ6_K:
       ASTRAI_CHECK(w.cols % block_elems(w.dtype) == 0, "linear: ", dtype_name(w.dtype),
                    " weights need whole blocks of ", block_elems(w.dtype), " (cols ", w.cols, ")");
@@ -334,6 +336,7 @@ void linear(const float* x, int64_t m, const WeightView& w, const float* bias, f
       if (w.dtype == DType::kQ8_0) return linear_typed<DType::kQ8_0>(x, m, w, bias, y);
       if (w.dtype == DType::kQ4_0) return linear_typed<DType::kQ4_0>(x, m, w, bias, y);
       if (w.dtype == DType::kQ4_K) return linear_typed<DType::kQ4_K>(x, m, w, bias, y);
+      if (w.dtype == DType::kQ5_K) return linear_typed<DType::kQ5_K>(x, m, w, bias, y);
       return linear_typed<DType::kQ6_K>(x, m, w, bias, y);
     default: fail("linear: unsupported weight dtype ", dtype_name(w.dtype));
   }

@@ -142,6 +142,11 @@ inline Part pload_q4k(const uint8_t* q, int shift, float d1, float m1, int) {
   const __m512i n = _mm512_and_si512(_mm512_srl_epi32(b, _mm_cvtsi32_si128(shift)), _mm512_set1_epi32(15));
   return _mm512_fmsub_ps(_mm512_cvtepi32_ps(n), _mm512_set1_ps(d1), _mm512_set1_ps(m1));
 }
+// 16 bytes at q times d1 minus m1 (Q5_K's unpacked quants; one rounding, as pload_q4k).
+inline Part pload_u8(const uint8_t* q, float d1, float m1, int) {
+  const __m512 v = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q))));
+  return _mm512_fmsub_ps(v, _mm512_set1_ps(d1), _mm512_set1_ps(m1));
+}
 // 16 int8 at q times d1: float(q) * d1 (Q6_K: q - 32 times d * scale, an exact product).
 inline Part pload_i8(const int8_t* q, float d1, int) {
   const __m512 v = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q))));
@@ -279,6 +284,9 @@ inline float f16_scalar(uint16_t h) { return _cvtsh_ss(h); }
 inline __m256 u8x8(const uint8_t* p) {
   return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
 }
+inline Part pload_u8(const uint8_t* q, float d1, float m1, int h) {
+  return _mm256_fmsub_ps(u8x8(q + 8 * h), _mm256_set1_ps(d1), _mm256_set1_ps(m1));
+}
 inline void widen_u8_scaled(const uint8_t* p, float a, float b, float* out) {
   _mm256_storeu_ps(out, _mm256_mul_ps(u8x8(p), _mm256_set1_ps(a)));
   _mm256_storeu_ps(out + 8, _mm256_mul_ps(u8x8(p + 8), _mm256_set1_ps(b)));
@@ -415,6 +423,12 @@ inline Part pload_q4k(const uint8_t* q, int shift, float d1, float m1, int h) {
   const uint32x4_t n = vandq_u32(vshlq_u32(b, vdupq_n_s32(-shift)), vdupq_n_u32(15));
   return vfmaq_f32(vdupq_n_f32(-m1), vcvtq_f32_u32(n), vdupq_n_f32(d1));
 }
+inline Part pload_u8(const uint8_t* q, float d1, float m1, int h) {
+  uint32_t q4;
+  std::memcpy(&q4, q + 4 * h, 4);
+  const uint32x4_t n = vmovl_u16(vget_low_u16(vmovl_u8(vreinterpret_u8_u32(vdup_n_u32(q4)))));
+  return vfmaq_f32(vdupq_n_f32(-m1), vcvtq_f32_u32(n), vdupq_n_f32(d1));
+}
 inline Part pload_i8(const int8_t* q, float d1, int h) {
   int32_t q4;
   std::memcpy(&q4, q + 4 * h, 4);
@@ -508,6 +522,9 @@ inline Part pload_q4(const uint8_t* b, int64_t off, int) {
 }
 inline Part pload_q4k(const uint8_t* q, int shift, float d1, float m1, int) {
   return map16([&](int l) { return static_cast<float>((q[l] >> shift) & 15) * d1 - m1; });
+}
+inline Part pload_u8(const uint8_t* q, float d1, float m1, int) {
+  return map16([&](int l) { return static_cast<float>(q[l]) * d1 - m1; });
 }
 inline Part pload_i8(const int8_t* q, float d1, int) { return map16([&](int l) { return static_cast<float>(q[l]) * d1; }); }
 inline float f16_scalar(uint16_t h) { return f16_widen(h); }
