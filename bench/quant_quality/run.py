@@ -58,7 +58,8 @@ from safetensors_np import read_safetensors  # noqa: E402
 
 # our --type -> (the GGML type of our checkpoint's U8 matrices, a llama-quantize type whose --pure
 # run gives every matrix that type, which is also the GGUF file type we record)
-FORMATS = {"q8_0": ("Q8_0", "Q8_0"), "q4_0": ("Q4_0", "Q4_0"), "q4_k": ("Q4_K", "Q4_K_S")}
+FORMATS = {"q8_0": ("Q8_0", "Q8_0"), "q4_0": ("Q4_0", "Q4_0"), "q4_k": ("Q4_K", "Q4_K_S"), "q5_k": ("Q5_K", "Q5_K_S"),
+           "q6_k": ("Q6_K", "Q6_K")}
 # llama.cpp's pre-tokenizer names (tokenizer.ggml.pre) for the split regexes of byte-level BPE
 # tokenizers, as llama.cpp's src/llama-vocab.cpp pairs them.
 QWEN2_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
