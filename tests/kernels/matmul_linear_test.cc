@@ -363,11 +363,10 @@ TEST(LinearBlocks, Q4_0QuantizesAsLlamaCppReference) {
   EXPECT_EQ(back[31], 3.5f);
 }
 
-// The Q4_K layout, on a block built by hand: f16 d = 0.5, dmin = 0.25; 6-bit scales and mins
-// sc = {1, 2, 3, 4, 37, 6, 7, 63}, m = {5, 0, 9, 10, 11, 12, 50, 33}, packed as llama.cpp's
-// block_q4_K holds them; quant byte b of each 32-byte chunk c is (b % 16) | ((15 - b % 16) << 4).
-TEST(LinearBlocks, Q4_KLayout) {
-  uint8_t b[144] = {};
+// The first 16 bytes of a Q4_K or Q5_K block, built by hand: f16 d = 0.5, dmin = 0.25; 6-bit
+// scales and mins kHandSc and kHandM packed as llama.cpp's block_q4_K / block_q5_K hold them.
+const int kHandSc[8] = {1, 2, 3, 4, 37, 6, 7, 63}, kHandM[8] = {5, 0, 9, 10, 11, 12, 50, 33};
+void write_hand_k_header(uint8_t* b) {
   const uint16_t d = 0x3800, dmin = 0x3400;  // 0.5, 0.25
   std::memcpy(b, &d, 2);
   std::memcpy(b + 2, &dmin, 2);
@@ -377,24 +376,36 @@ TEST(LinearBlocks, Q4_KLayout) {
   const uint8_t scales[12] = {1 | (2 << 6), 2, 3, 4 | (3 << 6), 5, 0, 9 | (3 << 6), 10 | (2 << 6),
                               5 | (11 << 4), 6 | (12 << 4), 7 | (2 << 4), 15 | (1 << 4)};
   std::memcpy(b + 4, scales, 12);
-  for (int i = 0; i < 128; ++i) b[16 + i] = static_cast<uint8_t>((i % 16) | ((15 - i % 16) << 4));
-  float y[256];
-  convert_to_f32(DType::kQ4_K, b, y, 256);
-  const int sc[8] = {1, 2, 3, 4, 37, 6, 7, 63}, m[8] = {5, 0, 9, 10, 11, 12, 50, 33};
-  for (int e = 0; e < 256; ++e) {
-    const int sub = e / 32, i = e % 32;  // sub-block 2c: low nibbles of chunk c; 2c + 1: high
-    const int q = sub % 2 == 0 ? i % 16 : 15 - i % 16;
-    const float want = 0.5f * static_cast<float>(sc[sub]) * static_cast<float>(q) - 0.25f * static_cast<float>(m[sub]);
-    ASSERT_EQ(y[e], want) << "element " << e;
-  }
-  // The kernel's widening (decode path, W read in place) of the same row: x = unit vector e.
+}
+
+// The kernel's widening (decode path, W read in place) of the one-row block b of type dt equals
+// its dequantization y: x = unit vector e.
+void expect_widening_is(const uint8_t* b, DType dt, const float* y) {
   ScopedActivations f32(Activations::kF32);
   for (int e = 0; e < 256; ++e) {
     float x[256] = {}, out = NAN;
     x[e] = 1.0f;
-    linear(x, 1, WeightView{b, DType::kQ4_K, 1, 256}, nullptr, &out);
-    ASSERT_EQ(out, y[e]) << "linear, element " << e;
+    linear(x, 1, WeightView{b, dt, 1, 256}, nullptr, &out);
+    ASSERT_EQ(out, y[e]) << dtype_name(dt) << " linear, element " << e;
   }
+}
+
+// The Q4_K layout, on a block built by hand (write_hand_k_header); quant byte b of each 32-byte
+// chunk c is (b % 16) | ((15 - b % 16) << 4).
+TEST(LinearBlocks, Q4_KLayout) {
+  uint8_t b[144] = {};
+  write_hand_k_header(b);
+  for (int i = 0; i < 128; ++i) b[16 + i] = static_cast<uint8_t>((i % 16) | ((15 - i % 16) << 4));
+  float y[256];
+  convert_to_f32(DType::kQ4_K, b, y, 256);
+  for (int e = 0; e < 256; ++e) {
+    const int sub = e / 32, i = e % 32;  // sub-block 2c: low nibbles of chunk c; 2c + 1: high
+    const int q = sub % 2 == 0 ? i % 16 : 15 - i % 16;
+    const float want = 0.5f * static_cast<float>(kHandSc[sub]) * static_cast<float>(q) -
+                       0.25f * static_cast<float>(kHandM[sub]);
+    ASSERT_EQ(y[e], want) << "element " << e;
+  }
+  expect_widening_is(b, DType::kQ4_K, y);
   EXPECT_EQ(y[0], -1.25f);             // q 0, sub-block 0: -0.25 * 5
   EXPECT_EQ(y[32 * 4 + 1], 18.5f - 2.75f);  // sub-block 4 (high bits of sc in byte 0): 0.5 * 37 * 1 - 0.25 * 11
   EXPECT_EQ(y[224], 464.25f);           // sub-block 7 (sc 63, m 33), high nibble 15 of chunk 3's byte 0
@@ -402,17 +413,12 @@ TEST(LinearBlocks, Q4_KLayout) {
 }
 
 // The Q5_K layout, on a block built from chosen 5-bit quants q[e] by the layout rules of
-// llama.cpp's block_q5_K: Q4_K's d, dmin and scale bytes (here those of Q4_KLayout), then qh[32],
+// llama.cpp's block_q5_K: Q4_K's d, dmin and scale bytes (write_hand_k_header), then qh[32],
 // then qs[128]. Elements 64c + i and 64c + 32 + i (c < 4, i < 32) take the low and high nibble of
 // qs byte 32c + i and bits 2c and 2c + 1 of qh byte i as their fifth bits.
 TEST(LinearBlocks, Q5_KLayout) {
   uint8_t b[176] = {};
-  const uint16_t d = 0x3800, dmin = 0x3400;  // 0.5, 0.25
-  std::memcpy(b, &d, 2);
-  std::memcpy(b + 2, &dmin, 2);
-  const uint8_t scales[12] = {1 | (2 << 6), 2, 3, 4 | (3 << 6), 5, 0, 9 | (3 << 6), 10 | (2 << 6),
-                              5 | (11 << 4), 6 | (12 << 4), 7 | (2 << 4), 15 | (1 << 4)};
-  std::memcpy(b + 4, scales, 12);
+  write_hand_k_header(b);
   int q[256];
   for (int e = 0; e < 256; ++e) q[e] = (e * 13 + 5) % 32;
   for (int c = 0; c < 4; ++c)
@@ -423,10 +429,10 @@ TEST(LinearBlocks, Q5_KLayout) {
     }
   float y[256];
   convert_to_f32(DType::kQ5_K, b, y, 256);
-  const int sc[8] = {1, 2, 3, 4, 37, 6, 7, 63}, m[8] = {5, 0, 9, 10, 11, 12, 50, 33};
   for (int e = 0; e < 256; ++e) {
     ASSERT_EQ(q5_k_quant(b, e), q[e]) << "element " << e;
-    const float want = 0.5f * static_cast<float>(sc[e / 32]) * static_cast<float>(q[e]) - 0.25f * static_cast<float>(m[e / 32]);
+    const float want = 0.5f * static_cast<float>(kHandSc[e / 32]) * static_cast<float>(q[e]) -
+                       0.25f * static_cast<float>(kHandM[e / 32]);
     ASSERT_EQ(y[e], want) << "element " << e;
   }
   EXPECT_EQ(y[224 + 31], 0.5f * 63 * q[255] - 0.25f * 33);
@@ -436,14 +442,7 @@ TEST(LinearBlocks, Q5_KLayout) {
   convert_to_f32(DType::kQ5_K, b, y, 256);
   EXPECT_EQ(y[231], 0.5f * 63 * 26 - 0.25f * 33);  // q = 10 | 16
   EXPECT_EQ(y[199], 0.5f * 7 * 0 - 0.25f * 50);    // element 192 + 7: low nibble 0, bit 6 clear
-  // The kernel's widening (decode path, W read in place) of the same row: x = unit vector e.
-  ScopedActivations f32(Activations::kF32);
-  for (int e = 0; e < 256; ++e) {
-    float x[256] = {}, out = NAN;
-    x[e] = 1.0f;
-    linear(x, 1, WeightView{b, DType::kQ5_K, 1, 256}, nullptr, &out);
-    ASSERT_EQ(out, y[e]) << "linear, element " << e;
-  }
+  expect_widening_is(b, DType::kQ5_K, y);
 }
 
 // Properties of the Q5_K quantizer (its bytes are checked against llama.cpp's own

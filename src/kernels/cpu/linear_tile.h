@@ -102,6 +102,17 @@ inline void q4k_multipliers(const uint8_t* b, float* dm) {
 inline const uint8_t* q4k_quants(const uint8_t* b, int64_t off) { return b + kQ4KQuantsAt + off / 64 * 32 + off % 32; }
 inline int q4k_shift(int64_t off) { return static_cast<int>(off / 32 % 2) * 4; }
 
+// Sub-block j's multipliers d * sc[j] and dmin * m[j] of the Q4_K / Q5_K block at b.
+inline void k_sub_multipliers(const uint8_t* b, int j, float* d1, float* m1) {
+  uint16_t dh, mh;
+  std::memcpy(&dh, b, 2);
+  std::memcpy(&mh, b + 2, 2);
+  int sc, m;
+  q4_k_scale_min(b + kQ4KScalesAt, j, &sc, &m);
+  *d1 = f16_scalar(dh) * static_cast<float>(sc);
+  *m1 = f16_scalar(mh) * static_cast<float>(m);
+}
+
 // Q5_K: the 256 quants (0..31) of the block at b in element order (q5_k_quant in tensor/dtype.h).
 // Integer work only; written a 32-byte column at a time so it vectorises.
 inline void q5k_unpack(const uint8_t* b, uint8_t* q) {
@@ -124,13 +135,7 @@ inline void q5k_step(const uint8_t* b, int64_t off, uint8_t* q, float* d1, float
   const uint8_t* qs = b + kQ5KQuantsAt + 32 * c + i0;
   const uint8_t* qh = b + kQ5KHighAt + i0;
   for (int i = 0; i < 16; ++i) q[i] = static_cast<uint8_t>(((qs[i] >> (4 * t)) & 15) | (((qh[i] >> (2 * c + t)) & 1) << 4));
-  uint16_t dh, mh;
-  std::memcpy(&dh, b, 2);
-  std::memcpy(&mh, b + 2, 2);
-  int sc, m;
-  q4_k_scale_min(b + kQ4KScalesAt, static_cast<int>(off / 32), &sc, &m);
-  *d1 = f16_scalar(dh) * static_cast<float>(sc);
-  *m1 = f16_scalar(mh) * static_cast<float>(m);
+  k_sub_multipliers(b, static_cast<int>(off / 32), d1, m1);
 }
 
 // Q6_K: the 16 sub-block multipliers scale * d of the block at b (exact: an f16 times an
@@ -194,13 +199,9 @@ inline Part pload_block(const uint8_t* b, int64_t off, int h) {
     q5k_step(b, off, q, &d1, &m1);
     return pload_u8(q, d1, m1, h);
   } else {
-    uint16_t dh, mh;
-    std::memcpy(&dh, b, 2);
-    std::memcpy(&mh, b + 2, 2);
-    int sc, m;
-    q4_k_scale_min(b + kQ4KScalesAt, static_cast<int>(off / 32), &sc, &m);
-    return pload_q4k(q4k_quants(b, off), q4k_shift(off), f16_scalar(dh) * static_cast<float>(sc),
-                     f16_scalar(mh) * static_cast<float>(m), h);
+    float d1, m1;
+    k_sub_multipliers(b, static_cast<int>(off / 32), &d1, &m1);
+    return pload_q4k(q4k_quants(b, off), q4k_shift(off), d1, m1, h);
   }
 }
 
