@@ -9,7 +9,10 @@ kept as the only copy. This disassembles each binary (objdump) and fails if
   * an AVX-512 instruction (zmm registers, opmask registers, EVEX-only registers 16-31)
     appears in a function outside astrai::kernels::v4, or
   * an AVX/AVX2/FMA/F16C (VEX-encoded) or BMI1/BMI2/LZCNT/MOVBE instruction appears in a
-    function outside astrai::kernels::v3 and ::v4.
+    function outside astrai::kernels::v3 and ::v4, or
+  * a VNNI instruction (AVX-VNNI or AVX-512 VNNI: vpdpbusd, vpdpwssd and their saturating forms),
+    which neither level implies, appears outside a level's `vnni` namespace: the kernels call
+    those only after checking the CPU (src/kernels/cpu/linear_int8.cc).
 
 Usage: check-isa.py BINARY...   (exit 0: clean; 1: offending functions listed)
 """
@@ -21,6 +24,7 @@ AVX512 = re.compile(r"%zmm|%k[0-7]\b|%[xy]mm(1[6-9]|2[0-9]|3[01])\b|\{%k")
 BMI = {"andn", "bextr", "blsi", "blsmsk", "blsr", "bzhi", "mulx", "pdep", "pext", "rorx", "sarx", "shlx", "shrx",
        "lzcnt", "movbe"}  # not tzcnt: GCC's baseline code emits `rep bsf`, which runs as bsf on older CPUs
 FUNC = re.compile(r"^[0-9a-f]+ <(.*)>:$")
+VNNI = re.compile(r"\bvpdp(bu|ws)sds?\b")
 
 
 def level_of(instr):
@@ -43,7 +47,7 @@ def check(path):
     dump = subprocess.run(["objdump", "-d", "--no-show-raw-insn", "-C", path], check=True, capture_output=True,
                           text=True).stdout
     bad = {}
-    counts = {"v3": 0, "v4": 0}
+    counts = {"v3": 0, "v4": 0, "vnni": 0}
     func = "?"
     for line in dump.splitlines():
         m = FUNC.match(line)
@@ -54,10 +58,16 @@ def check(path):
         if lvl is None:
             continue
         counts[lvl] += 1
+        if VNNI.search(line):
+            counts["vnni"] += 1
+            if "::vnni::" not in func:
+                bad.setdefault(func, ("VNNI (only in a level's vnni namespace)", line.strip()))
+                continue
         allowed = "astrai::kernels::v4::" in func or (lvl == "v3" and "astrai::kernels::v3::" in func)
         if not allowed:
             bad.setdefault(func, (lvl, line.strip()))
-    print("%s: %d AVX-512 and %d AVX2-level instructions, all inside their levels' kernels" % (path, counts["v4"], counts["v3"])
+    print("%s: %d AVX-512, %d AVX2-level and %d VNNI instructions, all inside their levels' kernels"
+          % (path, counts["v4"], counts["v3"], counts["vnni"])
           if not bad else "%s: %d functions use instructions beyond their level:" % (path, len(bad)))
     for func, (lvl, line) in sorted(bad.items())[:40]:
         print("  %s needs %s: %s" % (func, lvl, line))

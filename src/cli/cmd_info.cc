@@ -71,6 +71,7 @@ Json cpu_json() {
   j["level"] = std::string(kernels::isa_name(kernels::active_isa()));
   j["blas_core"] = kernels::blas_core();
   j["activations"] = kernels::activations_name(kernels::activations());
+  j["vnni"] = kernels::vnni_in_use();
   return j;
 }
 
@@ -85,6 +86,9 @@ void print_cpu() {
   std::printf("blas:         OpenBLAS, %s kernels\n", j["blas_core"].get<std::string>().c_str());
   std::printf("activations:  %s (what quantized weights multiply; --activations)\n",
               j["activations"].get<std::string>().c_str());
+  const std::string vnni = j["vnni"];
+  std::printf("vnni:         %s\n", vnni.empty() ? "not used (the CPU or level lacks it, or ASTRAI_CPU_VNNI=0)"
+                                                  : (vnni + " (8-bit dot products; ASTRAI_CPU_VNNI=0 turns it off)").c_str());
 }
 
 void run_info(const InfoOptions& o) {

@@ -212,6 +212,53 @@ TEST_P(IsaIdentity, LinearQ8ActivationsEveryFormat) {
   }
 }
 
+// VNNI (vpdpbusd) in the integer kernels, where the level and this CPU have it: with it on and
+// off, each level equals generic on the many-row routes it changes (every format's interleaved
+// steps: partial row tiles, partial groups, several row blocks), with raw Q8_0 blocks over the
+// whole int8 range (-128 included) against activations that quantize to +-127.
+TEST_P(IsaIdentity, LinearQ8ActivationsWithAndWithoutVnni) {
+  const char* feature = GetParam() == Isa::kV4 ? "avx512_vnni" : GetParam() == Isa::kV3 ? "avx_vnni" : nullptr;
+  if (!feature) GTEST_SKIP() << "level " << isa_name(GetParam()) << " has no VNNI kernels";
+  if (!cpu_has(feature)) GTEST_SKIP() << "this CPU has no " << feature << " (its VNNI kernels cannot run here)";
+  ScopedActivations mode(Activations::kQ8);
+  struct ScopedVnni {
+    explicit ScopedVnni(bool on) : saved(vnni_allowed()) { set_vnni(on); }
+    ~ScopedVnni() { set_vnni(saved); }
+    bool saved;
+  };
+  const std::vector<LinearShape> q32_shapes = {{5, 8, 32},    {6, 16, 64},   {7, 13, 96},    {13, 40, 256},
+                                               {64, 24, 512}, {65, 30, 160}, {130, 17, 1024}};
+  const std::vector<LinearShape> k_shapes = {{9, 16, 256}, {13, 40, 512}, {33, 24, 768}, {65, 17, 1024}, {130, 9, 256}};
+  for (bool on : {true, false}) {
+    ScopedVnni vnni(on);
+    for (DType dt : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
+      for (const LinearShape& s : is_k_quant(dt) ? k_shapes : q32_shapes) {
+        auto x = randn(static_cast<size_t>(s.m * s.k), 4);
+        for (int64_t e = 0; e < s.k; ++e) x[static_cast<size_t>(3 * s.k + e)] = e % 2 ? 5.0f : -5.0f;  // +-127
+        const auto bias = randn(static_cast<size_t>(s.n), 5);
+        std::vector<uint8_t> wq(dtype_bytes(dt, s.n * s.k));
+        if (dt == DType::kQ8_0) {  // raw blocks: any byte, a small positive f16 scale
+          uint32_t state = 12345;
+          for (size_t i = 0; i < wq.size(); ++i) {
+            state = state * 1664525u + 1013904223u;
+            wq[i] = static_cast<uint8_t>(state >> 24);
+          }
+          for (int64_t b = 0; b < s.n * s.k / 32; ++b) {
+            wq[static_cast<size_t>(b * 34)] = static_cast<uint8_t>(b % 7);
+            wq[static_cast<size_t>(b * 34 + 1)] = 0x20;  // 2^-7 and a little more
+          }
+          for (size_t e = 2; e < 34; ++e) wq[e] = e % 2 ? 0x80 : 0x7f;  // block 0: -128 and 127
+        } else {
+          const auto wf = randn(static_cast<size_t>(s.n * s.k), 6, 0.2f);
+          convert_from_f32(wf.data(), dt, wq.data(), wf.size());
+        }
+        SCOPED_TRACE(std::string("vnni ") + (on ? "on" : "off"));
+        expect_linear_same(x, s.m, WeightView{wq.data(), dt, s.n, s.k}, bias);
+      }
+    }
+  }
+}
+
 TEST_P(IsaIdentity, LinearNonInvariantModeAndTrainingGemms) {
   const int64_t m = 40, n = 33, k = 70;
   const auto x = randn(m * k, 4), w = randn(n * k, 5), b = randn(n, 6), dy = randn(m * n, 7);

@@ -155,6 +155,31 @@ Activations activations() {
   return static_cast<Activations>(v);
 }
 
+namespace {
+std::atomic<int> g_vnni{-1};
+}  // namespace
+
+void set_vnni(bool on) { g_vnni.store(on ? 1 : 0, std::memory_order_relaxed); }
+bool vnni_allowed() {
+  int v = g_vnni.load(std::memory_order_relaxed);
+  if (v < 0) {
+    const char* env = std::getenv("ASTRAI_CPU_VNNI");
+    const std::string s = env ? env : "";
+    if (!s.empty() && s != "0" && s != "1") fail("ASTRAI_CPU_VNNI: '", s, "' is not 0 or 1");
+    v = s == "0" ? 0 : 1;
+    int expected = -1;
+    if (!g_vnni.compare_exchange_strong(expected, v)) v = expected;
+  }
+  return v == 1;
+}
+const char* vnni_in_use() {
+  if (!vnni_allowed()) return "";
+  const Isa isa = active_isa();
+  if (isa == Isa::kV4 && cpu_has("avx512_vnni")) return "avx512_vnni";
+  if (isa == Isa::kV3 && cpu_has("avx_vnni")) return "avx_vnni";
+  return "";
+}
+
 // The public entry points.
 
 void linear(const float* x, int64_t m, const WeightView& w, const float* bias, float* y) {

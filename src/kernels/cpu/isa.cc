@@ -190,6 +190,12 @@ bool isa_supported(Isa isa) {
   return false;
 }
 
+bool cpu_has(std::string_view feature) {
+  for (const std::string& f : cpu_info().features)
+    if (f == feature) return true;
+  return false;
+}
+
 Isa best_isa() { return cpu_info().supported.back(); }
 
 }  // namespace astrai::kernels

@@ -30,6 +30,7 @@ const CpuInfo& cpu_info();
 // Levels compiled into this binary, lowest first.
 const std::vector<Isa>& compiled_isas();
 bool isa_supported(Isa isa);  // compiled in and runnable on this CPU
+bool cpu_has(std::string_view feature);  // `feature` (a name of CpuInfo::features) was detected
 Isa best_isa();               // the highest supported level
 
 }  // namespace astrai::kernels

@@ -22,6 +22,8 @@
 #include <vector>
 
 #include "base/error.h"
+#include "kernels/cpu/gemm_mode.h"
+#include "kernels/cpu/isa.h"
 #include "kernels/cpu/linear_tile.h"
 #include "kernels/cpu/simd.h"
 
@@ -31,9 +33,12 @@ namespace {
 
 constexpr float kTinyAmax = 1e-30f;  // blocks below this are all zero (127 / amax would overflow)
 
-// Rows of x quantized: q[row * k + e], d[row * k / block + b], sums of q per 16 and per 32.
+// Rows of x quantized: q[row * k + e], d[row * k / block + b], sums of q per 16 and per 32;
+// vnni: many-row tiles use VNNI (x86); qu: q + 128 as unsigned bytes (Q8_0's VNNI route, else null).
 struct ActRows {
   const int8_t* q;
+  bool vnni;
+  const uint8_t* qu;
   const float* d;
   const int16_t* s16;
   const int16_t* s32;
@@ -215,9 +220,9 @@ void outputs_ref(const ActRows& a, int64_t i0, int64_t rows, const uint8_t* w, i
     }
 }
 
-#if defined(ASTRAI_ISA_V3) || defined(ASTRAI_ISA_V4)
+constexpr int kTileRows = 4;  // rows of x per x86 tile; more go through interleaved steps
 
-constexpr int kTileRows = 4;
+#if defined(ASTRAI_ISA_V3) || defined(ASTRAI_ISA_V4)
 
 inline __m256i load256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
 // The 4 bytes at p in every dword.
@@ -553,13 +558,36 @@ void interleave_q4_k(const uint8_t* w, int64_t rb, int64_t nb, uint8_t* steps, f
   }
 }
 
+// Q4_K / Q5_K steps, the part after the quants' sums sa (per output, times the sub-block
+// scales): the mins' sums sb, then acc += d d_x sa - dmin d_x sb for each row.
+template <int R>
+inline void finish_q4_k_block(const ActRows& a, int64_t i0, const uint8_t* blk, const float* scales, int64_t b,
+                              const __m256i* sa, __m256* acc) {
+  __m256i sb[R];
+  for (int r = 0; r < R; ++r) sb[r] = _mm256_setzero_si256();
+  for (int jp = 0; jp < 4; ++jp) {
+    const __m256i mv = load256(blk + 8 * kBlockSteps * kStepBytes + 8 * 32 + 32 * jp);
+    for (int r = 0; r < R; ++r) {  // the sums of q_x over sub-blocks 2jp and 2jp + 1, two int16
+      const int16_t* xs = a.s32 + (i0 + r) * (a.k / 32) + b * 8 + 2 * jp;
+      sb[r] = _mm256_add_epi32(sb[r], _mm256_madd_epi16(mv, broadcast4(xs)));
+    }
+  }
+  const int64_t nbx = a.k / kQKBlock;
+  const __m256 d = _mm256_loadu_ps(scales + b * 16), dmin = _mm256_loadu_ps(scales + b * 16 + 8);
+  for (int r = 0; r < R; ++r) {
+    const __m256 dx = _mm256_set1_ps(a.d[(i0 + r) * nbx + b]);
+    acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(sa[r]), acc[r]);
+    acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(dmin, dx),
+                             _mm256_xor_ps(_mm256_cvtepi32_ps(sb[r]), _mm256_set1_ps(-0.0f)), acc[r]);
+  }
+}
+
 // Q4_K / Q5_K, interleaved: R rows from i0 times the group. Q5_K's products (at most 31 * 127
 // per byte pair) add up in int16 over half a sub-block (8 * 31 * 127 = 31496), then `madd` by
 // the scale; Q4_K's over a whole one.
 template <DType T, int R>
 void tile_q4_k_steps(const ActRows& a, int64_t i0, const uint8_t* steps, const float* scales, int64_t nb,
                      const float* bias, float* y, int64_t ldy) {
-  const int64_t nbx = a.k / kQKBlock;
   __m256 acc[R];
   for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
@@ -584,22 +612,7 @@ void tile_q4_k_steps(const ActRows& a, int64_t i0, const uint8_t* steps, const f
         for (int r = 0; r < R; ++r) sa[r] = _mm256_add_epi32(sa[r], _mm256_madd_epi16(s16[r], scv));
       }
     }
-    __m256i sb[R];
-    for (int r = 0; r < R; ++r) sb[r] = _mm256_setzero_si256();
-    for (int jp = 0; jp < 4; ++jp) {
-      const __m256i mv = load256(blk + 8 * kBlockSteps * kStepBytes + 8 * 32 + 32 * jp);
-      for (int r = 0; r < R; ++r) {  // the sums of q_x over sub-blocks 2jp and 2jp + 1, two int16
-        const int16_t* xs = a.s32 + (i0 + r) * (a.k / 32) + b * 8 + 2 * jp;
-        sb[r] = _mm256_add_epi32(sb[r], _mm256_madd_epi16(mv, broadcast4(xs)));
-      }
-    }
-    const __m256 d = _mm256_loadu_ps(scales + b * 16), dmin = _mm256_loadu_ps(scales + b * 16 + 8);
-    for (int r = 0; r < R; ++r) {
-      const __m256 dx = _mm256_set1_ps(a.d[(i0 + r) * nbx + b]);
-      acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(sa[r]), acc[r]);
-      acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(dmin, dx),
-                               _mm256_xor_ps(_mm256_cvtepi32_ps(sb[r]), _mm256_set1_ps(-0.0f)), acc[r]);
-    }
+    finish_q4_k_block<R>(a, i0, blk, scales, b, sa, acc);
   }
   for (int r = 0; r < R; ++r) store_outputs(acc[r], bias, y + (i0 + r) * ldy);
 }
@@ -643,12 +656,33 @@ void interleave_q6_k(const uint8_t* w, int64_t rb, int64_t nb, uint8_t* steps, f
   }
 }
 
+// Q6_K steps, the part after the sums sa (per output, times the group scales): minus the -32
+// offset's 32 * sum_g sc_g * sum(q_x over g), then acc += d d_x sa for each row.
+template <int R>
+inline void finish_q6_k_block(const ActRows& a, int64_t i0, const uint8_t* blk, const float* scales, int64_t b,
+                              __m256i* sa, __m256* acc) {
+  for (int r = 0; r < R; ++r) {
+    __m256i off = _mm256_setzero_si256();
+    for (int gp = 0; gp < 8; ++gp) {
+      const int16_t* xs = a.s16 + (i0 + r) * (a.k / 16) + b * 16 + 2 * gp;
+      const __m256i pairs = load256(blk + 64 * kStepBytes + 16 * 32 + 32 * gp);
+      off = _mm256_add_epi32(off, _mm256_madd_epi16(pairs, broadcast4(xs)));
+    }
+    sa[r] = _mm256_sub_epi32(sa[r], _mm256_slli_epi32(off, 5));
+  }
+  const int64_t nbx = a.k / kQKBlock;
+  const __m256 d = _mm256_loadu_ps(scales + b * 16);
+  for (int r = 0; r < R; ++r) {
+    const __m256 dx = _mm256_set1_ps(a.d[(i0 + r) * nbx + b]);
+    acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(sa[r]), acc[r]);
+  }
+}
+
 // Q6_K, interleaved: R rows from i0 times the group. Two steps of 6-bit products (at most
 // 63 * 127 per byte pair) add up in int16 (4 * 63 * 127 = 32004) before each `madd` by sc_g.
 template <int R>
 void tile_q6_k_steps(const ActRows& a, int64_t i0, const uint8_t* steps, const float* scales, int64_t nb,
                      const float* bias, float* y, int64_t ldy) {
-  const int64_t nbx = a.k / kQKBlock;
   __m256 acc[R];
   for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
@@ -669,44 +703,189 @@ void tile_q6_k_steps(const ActRows& a, int64_t i0, const uint8_t* steps, const f
         }
       }
     }
-    for (int r = 0; r < R; ++r) {  // the -32 offset: minus 32 * sum_g sc_g * sum(q_x over g)
-      __m256i off = _mm256_setzero_si256();
-      for (int gp = 0; gp < 8; ++gp) {
-        const int16_t* xs = a.s16 + (i0 + r) * (a.k / 16) + b * 16 + 2 * gp;
-        const __m256i pairs = load256(blk + 64 * kStepBytes + 16 * 32 + 32 * gp);
-        off = _mm256_add_epi32(off, _mm256_madd_epi16(pairs, broadcast4(xs)));
-      }
-      sa[r] = _mm256_sub_epi32(sa[r], _mm256_slli_epi32(off, 5));
+    finish_q6_k_block<R>(a, i0, blk, scales, b, sa, acc);
+  }
+  for (int r = 0; r < R; ++r) store_outputs(acc[r], bias, y + (i0 + r) * ldy);
+}
+
+// Q8_0 (VNNI only, see below): the 8 W rows at w as steps of signed bytes, each block's 8 steps
+// followed by 128 * sum q_w of each output (int32); scales as interleave_q4_0's.
+constexpr int64_t kQ8StepBlock = kBlockSteps * kStepBytes + 32;
+
+void interleave_q8_0(const uint8_t* w, int64_t rb, int64_t nb, uint8_t* steps, float* scales) {
+  const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
+  for (int64_t b = 0; b < nb; ++b) {
+    __m256i v[8], st[8];
+    for (int n = 0; n < 8; ++n) v[n] = load256(w + n * rb + b * kQ8BlockBytes + 2);
+    transpose8x8_epi32(v, st);
+    uint8_t* out = steps + b * kQ8StepBlock;
+    __m256i sum = _mm256_setzero_si256();
+    for (int q = 0; q < kBlockSteps; ++q) {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + q * kStepBytes), st[q]);
+      sum = _mm256_add_epi32(sum, _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, st[q]), ones16));
     }
-    const __m256 d = _mm256_loadu_ps(scales + b * 16);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + kBlockSteps * kStepBytes), _mm256_slli_epi32(sum, 7));
+    _mm256_storeu_ps(scales + b * 8, f16x8(w + b * kQ8BlockBytes, rb));
+  }
+}
+
+// ---- VNNI: vpdpbusd (AVX-VNNI under v3, AVX-512 VNNI with VL under v4) ----
+//
+// vpdpbusd adds the four products of unsigned and signed bytes in each dword straight into an
+// int32 lane, with no int16 stage to saturate: one instruction per step where the code above
+// needs maddubs + add, and a sub-block's sum (Q4_K, Q5_K) or group's (Q6_K) is times its scale
+// by one `mullo` instead of a `madd` per 4 to 8 steps. Q8_0's signed weights interleave too: its
+// activations go in as q_x + 128 (unsigned bytes) against the signed weights, and each output's
+// 128 * sum q_w, stored after the block's steps, is subtracted. The same exact integer sums, so
+// the same bits. These functions are compiled for the level plus its VNNI extension (namespace
+// vnni; scripts/check-isa.py checks that no other function holds VNNI instructions) and run
+// only where the CPU has it (use_vnni).
+
+bool use_vnni() {
+#if defined(ASTRAI_ISA_V4)
+  static const bool has = cpu_has("avx512_vnni");
+#else
+  static const bool has = cpu_has("avx_vnni");
+#endif
+  return has && vnni_allowed();
+}
+
+#if defined(ASTRAI_ISA_V4)
+#define ASTRAI_VNNI_TARGET ASTRAI_PRAGMA(GCC target("avx512vnni"))
+#else
+#define ASTRAI_VNNI_TARGET ASTRAI_PRAGMA(GCC target("avxvnni"))
+#endif
+ASTRAI_PRAGMA(GCC push_options)
+ASTRAI_VNNI_TARGET
+namespace vnni {
+
+inline __m256i dpbusd(__m256i acc, __m256i u8, __m256i s8) {
+#if defined(ASTRAI_ISA_V4)
+  return _mm256_dpbusd_epi32(acc, u8, s8);
+#else
+  return _mm256_dpbusd_avx_epi32(acc, u8, s8);
+#endif
+}
+
+// A scale vector of (s, s) int16 pairs as int32 s.
+inline __m256i pair_scale(const uint8_t* p) { return _mm256_srai_epi32(load256(p), 16); }
+
+// Q8_0 or Q4_0 steps (interleave_q8_0, interleave_q4_0): R rows from i0 times the group.
+template <DType T, int R>
+void tile_q32_steps(const ActRows& a, int64_t i0, const uint8_t* steps, const float* scales, int64_t nb,
+                    const float* bias, float* y, int64_t ldy) {
+  constexpr int64_t kBlockBytes = T == DType::kQ8_0 ? kQ8StepBlock : kBlockSteps * kStepBytes;
+  const int64_t nbx = a.k / kQBlock;
+  __m256 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* blk = steps + b * kBlockBytes;
+    __m256i s[R];
+    for (int r = 0; r < R; ++r) s[r] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+    for (int q = 0; q < kBlockSteps; ++q) {
+      const __m256i wv = load256(blk + q * kStepBytes);
+      for (int r = 0; r < R; ++r) {
+        const int64_t at = (i0 + r) * a.k + b * kQBlock + 4 * q;
+        if constexpr (T == DType::kQ8_0) s[r] = dpbusd(s[r], broadcast4(a.qu + at), wv);
+        else s[r] = dpbusd(s[r], wv, broadcast4(a.q + at));
+      }
+    }
+    const __m256 dw = _mm256_loadu_ps(scales + b * 8);
     for (int r = 0; r < R; ++r) {
-      const __m256 dx = _mm256_set1_ps(a.d[(i0 + r) * nbx + b]);
-      acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(sa[r]), acc[r]);
+      const __m256i c = T == DType::kQ8_0 ? load256(blk + kBlockSteps * kStepBytes)  // 128 * sum q_w
+                                          : _mm256_set1_epi32(8 * a.s32[(i0 + r) * nbx + b]);  // nibble - 8
+      const __m256 scale = _mm256_mul_ps(dw, _mm256_set1_ps(a.d[(i0 + r) * nbx + b]));
+      acc[r] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(_mm256_sub_epi32(s[r], c)), acc[r]);
     }
   }
   for (int r = 0; r < R; ++r) store_outputs(acc[r], bias, y + (i0 + r) * ldy);
 }
 
+// Q4_K / Q5_K steps (interleave_q4_k): R rows from i0 times the group.
+template <DType T, int R>
+void tile_q4_k_steps(const ActRows& a, int64_t i0, const uint8_t* steps, const float* scales, int64_t nb,
+                     const float* bias, float* y, int64_t ldy) {
+  __m256 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* blk = steps + b * kQ4KSteps;
+    __m256i sa[R];
+    for (int r = 0; r < R; ++r) sa[r] = _mm256_setzero_si256();
+    for (int j = 0; j < 8; ++j) {
+      const __m256i sc = pair_scale(blk + 8 * kBlockSteps * kStepBytes + 32 * j);
+      __m256i s[R];
+      for (int r = 0; r < R; ++r) s[r] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+      for (int q = 0; q < kBlockSteps; ++q) {
+        const __m256i wv = load256(blk + (j * kBlockSteps + q) * kStepBytes);
+        for (int r = 0; r < R; ++r)
+          s[r] = dpbusd(s[r], wv, broadcast4(a.q + (i0 + r) * a.k + b * kQKBlock + 32 * j + 4 * q));
+      }
+      for (int r = 0; r < R; ++r) sa[r] = _mm256_add_epi32(sa[r], _mm256_mullo_epi32(s[r], sc));
+    }
+    finish_q4_k_block<R>(a, i0, blk, scales, b, sa, acc);
+  }
+  for (int r = 0; r < R; ++r) store_outputs(acc[r], bias, y + (i0 + r) * ldy);
+}
+
+// Q6_K steps (interleave_q6_k): R rows from i0 times the group.
+template <int R>
+void tile_q6_k_steps(const ActRows& a, int64_t i0, const uint8_t* steps, const float* scales, int64_t nb,
+                     const float* bias, float* y, int64_t ldy) {
+  __m256 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* blk = steps + b * kQ6KSteps;
+    __m256i sa[R];
+    for (int r = 0; r < R; ++r) sa[r] = _mm256_setzero_si256();
+    for (int g = 0; g < 16; ++g) {
+      const __m256i sc = pair_scale(blk + 64 * kStepBytes + 32 * g);
+      __m256i s[R];
+      for (int r = 0; r < R; ++r) s[r] = _mm256_setzero_si256();
+#pragma GCC unroll 4
+      for (int q = 4 * g; q < 4 * g + 4; ++q) {
+        const __m256i wv = load256(blk + q * kStepBytes);
+        for (int r = 0; r < R; ++r) s[r] = dpbusd(s[r], wv, broadcast4(a.q + (i0 + r) * a.k + b * kQKBlock + 4 * q));
+      }
+      for (int r = 0; r < R; ++r) sa[r] = _mm256_add_epi32(sa[r], _mm256_mullo_epi32(s[r], sc));
+    }
+    finish_q6_k_block<R>(a, i0, blk, scales, b, sa, acc);
+  }
+  for (int r = 0; r < R; ++r) store_outputs(acc[r], bias, y + (i0 + r) * ldy);
+}
+
+}  // namespace vnni
+ASTRAI_PRAGMA(GCC pop_options)
+
 constexpr int kStepTileRows = 6;
 
-// Rows [i0, i1) of x times the 8 W rows at w through the interleaved copy (Q4_0, Q4_K, Q5_K, Q6_K).
-template <DType T>
+// Rows [i0, i1) of x times the 8 W rows at w through the interleaved copy (Q4_0, Q4_K, Q5_K,
+// Q6_K; Q8_0 with VNNI only), with the VNNI tiles or without.
+template <DType T, bool Vnni>
 void outputs_steps(const ActRows& a, int64_t i0, int64_t i1, const uint8_t* w, int64_t nb, const float* bias,
                    float* y, int64_t ldy) {
-  constexpr bool k4 = T == DType::kQ4_K || T == DType::kQ5_K, k6 = T == DType::kQ6_K;
-  const int64_t step_bytes = k4 ? nb * kQ4KSteps : k6 ? nb * kQ6KSteps : nb * kBlockSteps * kStepBytes;
+  constexpr bool k4 = T == DType::kQ4_K || T == DType::kQ5_K, k6 = T == DType::kQ6_K, q8 = T == DType::kQ8_0;
+  static_assert(Vnni || !q8, "Q8_0 steps need VNNI (maddubs would saturate)");
+  const int64_t step_bytes = nb * (k4 ? kQ4KSteps : k6 ? kQ6KSteps : q8 ? kQ8StepBlock : kBlockSteps * kStepBytes);
   thread_local std::vector<uint8_t> steps;  // grown, never shrunk
   thread_local std::vector<float> scales;
   if (steps.size() < static_cast<size_t>(step_bytes)) steps.resize(static_cast<size_t>(step_bytes));
   if (scales.size() < static_cast<size_t>(nb * 16)) scales.resize(static_cast<size_t>(nb * 16));
   if constexpr (k4) interleave_q4_k<T>(w, nb * block_bytes(T), nb, steps.data(), scales.data());
   else if constexpr (k6) interleave_q6_k(w, nb * kQ6KBlockBytes, nb, steps.data(), scales.data());
+  else if constexpr (q8) interleave_q8_0(w, nb * kQ8BlockBytes, nb, steps.data(), scales.data());
   else interleave_q4_0(w, nb * kQ4BlockBytes, nb, steps.data(), scales.data());
   const auto run = [&](auto rows, int64_t i) {
     constexpr int kR = decltype(rows)::value;
-    if constexpr (k4) tile_q4_k_steps<T, kR>(a, i, steps.data(), scales.data(), nb, bias, y, ldy);
-    else if constexpr (k6) tile_q6_k_steps<kR>(a, i, steps.data(), scales.data(), nb, bias, y, ldy);
-    else tile_q4_0_steps<kR>(a, i, steps.data(), scales.data(), nb, bias, y, ldy);
+    const uint8_t* st = steps.data();
+    const float* sc = scales.data();
+    if constexpr (Vnni && k4) vnni::tile_q4_k_steps<T, kR>(a, i, st, sc, nb, bias, y, ldy);
+    else if constexpr (Vnni && k6) vnni::tile_q6_k_steps<kR>(a, i, st, sc, nb, bias, y, ldy);
+    else if constexpr (Vnni) vnni::tile_q32_steps<T, kR>(a, i, st, sc, nb, bias, y, ldy);
+    else if constexpr (k4) tile_q4_k_steps<T, kR>(a, i, st, sc, nb, bias, y, ldy);
+    else if constexpr (k6) tile_q6_k_steps<kR>(a, i, st, sc, nb, bias, y, ldy);
+    else tile_q4_0_steps<kR>(a, i, st, sc, nb, bias, y, ldy);
   };
   constexpr int64_t kMax = k4 || k6 ? 4 : kStepTileRows;
   for (int64_t i = i0; i < i1;) {
@@ -729,12 +908,15 @@ template <DType T>
 void outputs(const ActRows& a, int64_t i0, int64_t i1, const uint8_t* w, int64_t nr, int64_t nb, const float* bias,
              float* y, int64_t ldy, const uint8_t* pf) {
   if (nr < 8) return outputs_ref<T>(a, i0, i1 - i0, w, nr, nb, bias, y, ldy);
-  if constexpr (T != DType::kQ8_0) {
-    // Rewriting a group pays off past 1 tile of rows (Q4_0), 2 (Q4_K and Q5_K, whose scales take
-    // longer to rewrite: at 8 rows ~4% slower interleaved, at 16 ~10% faster) or 8 (Q6_K, longer
-    // still: no faster at 16 rows, +20% at prefill's 64).
-    const int64_t from = T == DType::kQ4_0 ? kTileRows : T == DType::kQ6_K ? 8 * kTileRows : 2 * kTileRows;
-    if (i1 - i0 > from) return outputs_steps<T>(a, i0, i1, w, nb, bias, y, ldy);
+  // Rewriting a group pays off past 1 tile of rows (Q4_0, Q8_0), 2 (Q4_K and Q5_K, whose scales
+  // take longer to rewrite: at 8 rows ~4% slower interleaved, at 16 ~10% faster) or 8 (Q6_K,
+  // longer still: no faster at 16 rows, +20% at prefill's 64). Q8_0 only with VNNI.
+  const int64_t from = T == DType::kQ4_0 || T == DType::kQ8_0 ? kTileRows
+                       : T == DType::kQ6_K                    ? 8 * kTileRows
+                                                              : 2 * kTileRows;
+  if (i1 - i0 > from) {
+    if (a.vnni) return outputs_steps<T, true>(a, i0, i1, w, nb, bias, y, ldy);
+    if constexpr (T != DType::kQ8_0) return outputs_steps<T, false>(a, i0, i1, w, nb, bias, y, ldy);
   }
   const int64_t rb = nb * block_bytes(T);
   for (int64_t i = i0; i < i1;) {
@@ -749,6 +931,8 @@ void outputs(const ActRows& a, int64_t i0, int64_t i1, const uint8_t* w, int64_t
 }
 
 #else
+
+bool use_vnni() { return false; }
 
 template <DType T>
 void outputs(const ActRows& a, int64_t i0, int64_t i1, const uint8_t* w, int64_t nr, int64_t nb, const float* bias,
@@ -769,21 +953,26 @@ void linear_int8_typed(const float* x, int64_t m, const WeightView& w, const flo
   thread_local std::vector<int64_t> storage;
   const size_t q_bytes = static_cast<size_t>(m * k), d_bytes = static_cast<size_t>(m * (k / block)) * 4;
   const size_t s16_bytes = static_cast<size_t>(m * (k / 16)) * 2, s32_bytes = static_cast<size_t>(m * (k / 32)) * 2;
-  const size_t total = q_bytes + d_bytes + s16_bytes + s32_bytes + 64;
+  const bool vnni = use_vnni(), unsigned_q = T == DType::kQ8_0 && vnni && m > kTileRows;
+  const size_t total = q_bytes * (unsigned_q ? 2 : 1) + d_bytes + s16_bytes + s32_bytes + 64;
   if (storage.size() * 8 < total) storage.resize(total / 8 + 1);
   uint8_t* base = reinterpret_cast<uint8_t*>(storage.data());
   float* d = reinterpret_cast<float*>(base);
   int16_t* s16 = reinterpret_cast<int16_t*>(base + d_bytes);
   int16_t* s32 = reinterpret_cast<int16_t*>(base + d_bytes + s16_bytes);
   int8_t* q = reinterpret_cast<int8_t*>(base + d_bytes + s16_bytes + s32_bytes);
-  const ActRows a{q, d, s16, s32, k, block};
+  uint8_t* qu = unsigned_q ? reinterpret_cast<uint8_t*>(q + q_bytes) : nullptr;
+  const ActRows a{q, vnni, qu, d, s16, s32, k, block};
   const uint8_t* wb = static_cast<const uint8_t*>(w.data);
   const int64_t rb = nb * block_bytes(T), groups = (n + kOutGroup - 1) / kOutGroup;
 #pragma omp parallel
   {
 #pragma omp for schedule(static)
-    for (int64_t i = 0; i < m; ++i)
+    for (int64_t i = 0; i < m; ++i) {
       quantize_row(x + i * k, k, block, q + i * k, d + i * (k / block), s16 + i * (k / 16), s32 + i * (k / 32));
+      if (qu)
+        for (int64_t e = 0; e < k; ++e) qu[i * k + e] = static_cast<uint8_t>(q[i * k + e] ^ 0x80);
+    }
     const int t = omp_get_thread_num(), nt = omp_get_num_threads();
     const int64_t g0 = groups * t / nt, g1 = groups * (t + 1) / nt;
     for (int64_t i0 = 0; i0 < m; i0 += kRowBlock) {
