@@ -2,7 +2,9 @@
 //   1. copy bandwidth (the decode ceiling), 1 and 2 threads;
 //   2. OpenBLAS SGEMM vs kernels::linear (f32 and bf16 weights) on transformer shapes,
 //      1 and 2 threads, GFLOP/s;
-//   3. decode-shaped GEMV (M = 1 and 8): weight bytes read per second vs the copy probe.
+//   3. quantized weights times 8-bit activations on prefill shapes (M = 512), GOP/s, with and
+//      without VNNI where the CPU has it;
+//   4. decode-shaped GEMV (M = 1 and 8): weight bytes read per second vs the copy probe.
 // Usage: see kUsage below (gemm_bench --help).
 #include <cstdio>
 #include <cstring>
@@ -46,9 +48,10 @@ double linear_seconds(int64_t m, int64_t n, int64_t k, DType dtype, double min_s
 }  // namespace
 
 constexpr const char* kUsage =
-    "usage: gemm_bench [--quick] [--m M] [--gemv-only] [--cpu-time]\n"
+    "usage: gemm_bench [--quick] [--m M] [--gemv-only] [--quant-only] [--cpu-time]\n"
     "  --quick     shorter timing runs\n"
     "  --gemv-only only the copy probe and the decode GEMV table\n"
+    "  --quant-only only the copy probe and the quantized prefill GEMM table\n"
     "  --m M       the GEMM table at M rows (decode batches) on the 100M model's shapes\n"
     "  --cpu-time  time by process CPU time / threads, for a busy machine (run with\n"
     "              OMP_WAIT_POLICY=passive; see bench/bench_probes.h)\n";
@@ -56,7 +59,7 @@ constexpr const char* kUsage =
 int main(int argc, char** argv) {
   astrai::kernels::reexec_for_blas_core(argv);
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // rows appear as they are measured
-  bool quick = false, gemv_only = false;
+  bool quick = false, gemv_only = false, quant_only = false;
   int64_t batch_m = 0;  // --m M: the GEMM table at M rows (decode batches) on the 100M model's shapes
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -69,6 +72,8 @@ int main(int argc, char** argv) {
       batch_m = std::atoll(argv[++i]);
     } else if (a == "--gemv-only") {
       gemv_only = true;
+    } else if (a == "--quant-only") {
+      quant_only = true;
     } else if (a == "--cpu-time") {
       bench::clock_mode() = bench::Clock::kCpu;
     } else {
@@ -101,7 +106,7 @@ int main(int argc, char** argv) {
               {batch_m, 32000, 768}};
   std::printf("%5s %6s %6s %3s | %8s %8s %8s %8s | %6s\n", "M", "N", "K", "thr", "openblas", "blis", "f32", "bf16",
               "f32/openblas");
-  if (gemv_only) shapes.clear();
+  if (gemv_only || quant_only) shapes.clear();
   for (int threads : {1, 2}) {
     set_num_threads(threads);
     for (const auto& s : shapes) {
@@ -114,6 +119,36 @@ int main(int argc, char** argv) {
                   static_cast<long>(s.n), static_cast<long>(s.k), threads, blas, blis_gf, f32, bf16, 100 * f32 / blas);
     }
   }
+
+  if (!gemv_only) {
+    // Prefill-shaped: the 100M model's gate/up and down projections at 512 rows, q8 activations.
+    const bool saved_vnni = kernels::vnni_allowed();
+    kernels::set_vnni(true);
+    const std::string vnni = kernels::vnni_in_use();
+    std::printf("\n== quantized GEMM, q8 activations: GOP/s (2 M N K / s), with VNNI (%s) | without ==\n",
+                vnni.empty() ? "not on this CPU" : vnni.c_str());
+    std::printf("%5s %6s %6s %5s %3s | %8s %8s | %6s\n", "M", "N", "K", "dtype", "thr", "vnni", "no vnni", "ratio");
+    const kernels::Activations saved = kernels::activations();
+    kernels::set_activations(kernels::Activations::kQ8);
+    for (int threads : {1, 2}) {
+      set_num_threads(threads);
+      for (DType dt : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
+        for (const Shape s : {Shape{512, 2048, 768}, Shape{512, 768, 2048}}) {
+          const double op = 2.0 * s.m * s.n * s.k / 1e9;
+          kernels::set_vnni(true);
+          const double with = vnni.empty() ? 0.0 : op / linear_seconds(s.m, s.n, s.k, dt, t_min);
+          kernels::set_vnni(false);
+          const double without = op / linear_seconds(s.m, s.n, s.k, dt, t_min);
+          std::printf("%5ld %6ld %6ld %5s %3d | %8.1f %8.1f | %5.2fx\n", static_cast<long>(s.m), static_cast<long>(s.n),
+                      static_cast<long>(s.k), std::string(dtype_name(dt)).c_str(), threads, with, without,
+                      with / without);
+        }
+      }
+    }
+    kernels::set_vnni(saved_vnni);
+    kernels::set_activations(saved);
+  }
+  if (quant_only) return 0;
 
   std::printf("\n== decode GEMV: weight GB/s read (vs 2-thread copy %.1f GB/s, read %.1f GB/s); quantized weights "
               "times %s activations (ASTRAI_ACTIVATIONS) ==\n",

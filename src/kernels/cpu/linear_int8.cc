@@ -471,20 +471,44 @@ inline void transpose8x8_epi32(const __m256i* v, __m256i* out) {
   }
 }
 
+// The 8 x 32 bytes of v[0..8) (8 W rows' quants, 4 per step) as 8 steps at out: step q holds
+// dword q of every row (v3's and v4's ymm tiles). Pairs: as 4 pairs of steps instead, pair p
+// (64 bytes at out + 64 p) holding qword p of every row, so that one zmm vpdpbusd covers two
+// steps of the 8 outputs (v4's VNNI tiles; output n in dwords 2n and 2n + 1).
+template <bool Pairs>
+inline void store_steps(const __m256i* v, uint8_t* out) {
+  if constexpr (!Pairs) {
+    __m256i st[8];
+    transpose8x8_epi32(v, st);
+    for (int q = 0; q < 8; ++q) _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + q * kStepBytes), st[q]);
+  } else {
+    __m256i lo[4], hi[4];  // rows 2i, 2i + 1: [qword 0s | qword 2s], [qword 1s | qword 3s]
+    for (int i = 0; i < 4; ++i) {
+      lo[i] = _mm256_unpacklo_epi64(v[2 * i], v[2 * i + 1]);
+      hi[i] = _mm256_unpackhi_epi64(v[2 * i], v[2 * i + 1]);
+    }
+    const __m256i* src[4] = {lo, hi, lo, hi};  // qword p of the rows: lo/hi, low/high 128 bits
+    for (int p = 0; p < 4; ++p) {
+      const int sel = p < 2 ? 0x20 : 0x31;
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 64 * p), _mm256_permute2x128_si256(src[p][0], src[p][1], sel));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 64 * p + 32), _mm256_permute2x128_si256(src[p][2], src[p][3], sel));
+    }
+  }
+}
+
 // Q4_0: the 8 W rows at w (row stride rb, nb blocks) as nibble steps (kBlockSteps per block, in
 // `steps`) and their scales as f32 ([block][output], in `scales`).
+template <bool Pairs>
 void interleave_q4_0(const uint8_t* w, int64_t rb, int64_t nb, uint8_t* steps, float* scales) {
   const __m256i low4 = _mm256_set1_epi8(15);
   for (int64_t b = 0; b < nb; ++b) {
-    __m256i nib[8], st[8];
+    __m256i nib[8];
     for (int n = 0; n < 8; ++n) {
       const uint8_t* blk = w + n * rb + b * kQ4BlockBytes;
       const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2));
       nib[n] = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(v, 4), v), low4);  // elements 0..31
     }
-    transpose8x8_epi32(nib, st);
-    for (int q = 0; q < 8; ++q)
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(steps + (b * kBlockSteps + q) * kStepBytes), st[q]);
+    store_steps<Pairs>(nib, steps + b * kBlockSteps * kStepBytes);
     _mm256_storeu_ps(scales + b * 8, f16x8(w + b * kQ4BlockBytes, rb));
   }
 }
@@ -526,21 +550,17 @@ void tile_q4_0_steps(const ActRows& a, int64_t i0, const uint8_t* steps, const f
 // The f32 d and dmin of the 8 outputs go to `scales` ([super-block][d x 8, dmin x 8]).
 constexpr int64_t kQ4KSteps = 8 * kBlockSteps * kStepBytes + 8 * 32 + 4 * 32;
 
-template <DType T>
+template <DType T, bool Pairs>
 void interleave_q4_k(const uint8_t* w, int64_t rb, int64_t nb, uint8_t* steps, float* scales) {
   constexpr int64_t kBytes = block_bytes(T);
   for (int64_t b = 0; b < nb; ++b) {
     uint8_t* out = steps + b * kQ4KSteps;
     alignas(32) int16_t sc[8][16], mins[4][16];
     for (int c = 0; c < 4; ++c) {  // sub-blocks 2c (low nibbles) and 2c + 1 (high)
-      __m256i lo[8], hi[8], st[8];
+      __m256i lo[8], hi[8];
       for (int n = 0; n < 8; ++n) k_quants<T>(w + n * rb + b * kBytes, c, &lo[n], &hi[n]);
-      transpose8x8_epi32(lo, st);
-      for (int q = 0; q < 8; ++q)
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + ((2 * c) * kBlockSteps + q) * kStepBytes), st[q]);
-      transpose8x8_epi32(hi, st);
-      for (int q = 0; q < 8; ++q)
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + ((2 * c + 1) * kBlockSteps + q) * kStepBytes), st[q]);
+      store_steps<Pairs>(lo, out + (2 * c) * kBlockSteps * kStepBytes);
+      store_steps<Pairs>(hi, out + (2 * c + 1) * kBlockSteps * kStepBytes);
     }
     for (int n = 0; n < 8; ++n) {
       uint8_t sm[16];
@@ -623,13 +643,14 @@ void tile_q4_k_steps(const ActRows& a, int64_t i0, const uint8_t* steps, const f
 // -32 offset). The f32 d of the 8 outputs go to `scales` ([super-block][d x 8]).
 constexpr int64_t kQ6KSteps = 64 * kStepBytes + 16 * 32 + 8 * 32;
 
+template <bool Pairs>
 void interleave_q6_k(const uint8_t* w, int64_t rb, int64_t nb, uint8_t* steps, float* scales) {
   const __m256i low4 = _mm256_set1_epi8(15), low2 = _mm256_set1_epi8(3);
   for (int64_t b = 0; b < nb; ++b) {
     uint8_t* out = steps + b * kQ6KSteps;
     for (int c = 0; c < 2; ++c)
       for (int t = 0; t < 4; ++t) {  // elements 128 c + 32 t + 0..31
-        __m256i q[8], st[8];
+        __m256i q[8];
         for (int n = 0; n < 8; ++n) {
           const uint8_t* blk = w + n * rb + b * kQ6KBlockBytes;
           const __m256i ql = load256(blk + 64 * c + 32 * (t % 2)), qh = load256(blk + kQ6KHighAt + 32 * c);
@@ -637,9 +658,7 @@ void interleave_q6_k(const uint8_t* w, int64_t rb, int64_t nb, uint8_t* steps, f
           const __m256i hi = _mm256_slli_epi16(_mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * t)), low2), 4);
           q[n] = _mm256_or_si256(lo, hi);
         }
-        transpose8x8_epi32(q, st);
-        for (int k = 0; k < 8; ++k)
-          _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + ((128 * c + 32 * t) / 4 + k) * kStepBytes), st[k]);
+        store_steps<Pairs>(q, out + (128 * c + 32 * t) / 4 * kStepBytes);
       }
     alignas(32) int16_t sc[16][16], pairs[8][16];
     for (int n = 0; n < 8; ++n) {
@@ -712,19 +731,19 @@ void tile_q6_k_steps(const ActRows& a, int64_t i0, const uint8_t* steps, const f
 // followed by 128 * sum q_w of each output (int32); scales as interleave_q4_0's.
 constexpr int64_t kQ8StepBlock = kBlockSteps * kStepBytes + 32;
 
+template <bool Pairs>
 void interleave_q8_0(const uint8_t* w, int64_t rb, int64_t nb, uint8_t* steps, float* scales) {
   const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
   for (int64_t b = 0; b < nb; ++b) {
-    __m256i v[8], st[8];
-    for (int n = 0; n < 8; ++n) v[n] = load256(w + n * rb + b * kQ8BlockBytes + 2);
-    transpose8x8_epi32(v, st);
-    uint8_t* out = steps + b * kQ8StepBlock;
-    __m256i sum = _mm256_setzero_si256();
-    for (int q = 0; q < kBlockSteps; ++q) {
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + q * kStepBytes), st[q]);
-      sum = _mm256_add_epi32(sum, _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, st[q]), ones16));
+    __m256i v[8], sums[8];
+    for (int n = 0; n < 8; ++n) {
+      v[n] = load256(w + n * rb + b * kQ8BlockBytes + 2);
+      sums[n] = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, v[n]), ones16);
     }
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + kBlockSteps * kStepBytes), _mm256_slli_epi32(sum, 7));
+    uint8_t* out = steps + b * kQ8StepBlock;
+    store_steps<Pairs>(v, out);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + kBlockSteps * kStepBytes),
+                        _mm256_slli_epi32(reduce_outputs(sums), 7));
     _mm256_storeu_ps(scales + b * 8, f16x8(w + b * kQ8BlockBytes, rb));
   }
 }
@@ -814,15 +833,20 @@ void tile_q4_k_steps(const ActRows& a, int64_t i0, const uint8_t* steps, const f
     for (int r = 0; r < R; ++r) sa[r] = _mm256_setzero_si256();
     for (int j = 0; j < 8; ++j) {
       const __m256i sc = pair_scale(blk + 8 * kBlockSteps * kStepBytes + 32 * j);
-      __m256i s[R];
-      for (int r = 0; r < R; ++r) s[r] = _mm256_setzero_si256();
-#pragma GCC unroll 8
-      for (int q = 0; q < kBlockSteps; ++q) {
-        const __m256i wv = load256(blk + (j * kBlockSteps + q) * kStepBytes);
-        for (int r = 0; r < R; ++r)
-          s[r] = dpbusd(s[r], wv, broadcast4(a.q + (i0 + r) * a.k + b * kQKBlock + 32 * j + 4 * q));
+      __m256i s0[R], s1[R];  // even and odd steps: two chains of vpdpbusd per row, for its latency
+      for (int r = 0; r < R; ++r) s0[r] = s1[r] = _mm256_setzero_si256();
+#pragma GCC unroll 4
+      for (int q = 0; q < kBlockSteps; q += 2) {
+        const uint8_t* st = blk + (j * kBlockSteps + q) * kStepBytes;
+        const __m256i w0 = load256(st), w1 = load256(st + kStepBytes);
+        for (int r = 0; r < R; ++r) {
+          const int8_t* x = a.q + (i0 + r) * a.k + b * kQKBlock + 32 * j + 4 * q;
+          s0[r] = dpbusd(s0[r], w0, broadcast4(x));
+          s1[r] = dpbusd(s1[r], w1, broadcast4(x + 4));
+        }
       }
-      for (int r = 0; r < R; ++r) sa[r] = _mm256_add_epi32(sa[r], _mm256_mullo_epi32(s[r], sc));
+      for (int r = 0; r < R; ++r)
+        sa[r] = _mm256_add_epi32(sa[r], _mm256_mullo_epi32(_mm256_add_epi32(s0[r], s1[r]), sc));
     }
     finish_q4_k_block<R>(a, i0, blk, scales, b, sa, acc);
   }
@@ -841,45 +865,180 @@ void tile_q6_k_steps(const ActRows& a, int64_t i0, const uint8_t* steps, const f
     for (int r = 0; r < R; ++r) sa[r] = _mm256_setzero_si256();
     for (int g = 0; g < 16; ++g) {
       const __m256i sc = pair_scale(blk + 64 * kStepBytes + 32 * g);
-      __m256i s[R];
-      for (int r = 0; r < R; ++r) s[r] = _mm256_setzero_si256();
-#pragma GCC unroll 4
-      for (int q = 4 * g; q < 4 * g + 4; ++q) {
-        const __m256i wv = load256(blk + q * kStepBytes);
-        for (int r = 0; r < R; ++r) s[r] = dpbusd(s[r], wv, broadcast4(a.q + (i0 + r) * a.k + b * kQKBlock + 4 * q));
+      __m256i s0[R], s1[R];  // even and odd steps, as in tile_q4_k_steps
+      for (int r = 0; r < R; ++r) s0[r] = s1[r] = _mm256_setzero_si256();
+#pragma GCC unroll 2
+      for (int q = 4 * g; q < 4 * g + 4; q += 2) {
+        const __m256i w0 = load256(blk + q * kStepBytes), w1 = load256(blk + (q + 1) * kStepBytes);
+        for (int r = 0; r < R; ++r) {
+          const int8_t* x = a.q + (i0 + r) * a.k + b * kQKBlock + 4 * q;
+          s0[r] = dpbusd(s0[r], w0, broadcast4(x));
+          s1[r] = dpbusd(s1[r], w1, broadcast4(x + 4));
+        }
       }
-      for (int r = 0; r < R; ++r) sa[r] = _mm256_add_epi32(sa[r], _mm256_mullo_epi32(s[r], sc));
+      for (int r = 0; r < R; ++r)
+        sa[r] = _mm256_add_epi32(sa[r], _mm256_mullo_epi32(_mm256_add_epi32(s0[r], s1[r]), sc));
     }
     finish_q6_k_block<R>(a, i0, blk, scales, b, sa, acc);
   }
   for (int r = 0; r < R; ++r) store_outputs(acc[r], bias, y + (i0 + r) * ldy);
 }
 
+#if defined(ASTRAI_ISA_V4)
+// ---- v4: zmm vpdpbusd over pairs of steps (store_steps<true>) ----
+// Each zmm holds two steps of the 8 outputs (output n in dwords 2n, 2n + 1) against 8
+// activation bytes broadcast to every qword: twice the products per instruction of the ymm
+// tiles above. pair_sums adds each output's two lanes at the end of a block.
+
+inline __m512i load512(const void* p) { return _mm512_loadu_si512(p); }
+// The 8 bytes at p in every qword.
+inline __m512i broadcast8(const void* p) {
+  int64_t v;
+  std::memcpy(&v, p, 8);
+  return _mm512_set1_epi64(v);
+}
+inline __m512i dpbusd(__m512i acc, __m512i u8, __m512i s8) { return _mm512_dpbusd_epi32(acc, u8, s8); }
+inline __m256i pair_sums(__m512i v) { return _mm512_cvtepi64_epi32(_mm512_add_epi32(v, _mm512_srli_epi64(v, 32))); }
+// A scale vector of (s, s) int16 pairs per output as int32 s in both of the output's lanes.
+inline __m512i pair_scales(const uint8_t* p) { return _mm512_cvtepi16_epi32(load256(p)); }
+
+// Q8_0 or Q4_0 pairs of steps: R rows from i0 times the group.
+template <DType T, int R>
+void tile_q32_pairs(const ActRows& a, int64_t i0, const uint8_t* steps, const float* scales, int64_t nb,
+                    const float* bias, float* y, int64_t ldy) {
+  constexpr int64_t kBlockBytes = T == DType::kQ8_0 ? kQ8StepBlock : kBlockSteps * kStepBytes;
+  const int64_t nbx = a.k / kQBlock;
+  __m256 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* blk = steps + b * kBlockBytes;
+    __m512i s[R];
+    for (int r = 0; r < R; ++r) s[r] = _mm512_setzero_si512();
+#pragma GCC unroll 4
+    for (int p = 0; p < kBlockSteps / 2; ++p) {
+      const __m512i wv = load512(blk + 2 * p * kStepBytes);
+      for (int r = 0; r < R; ++r) {
+        const int64_t at = (i0 + r) * a.k + b * kQBlock + 8 * p;
+        if constexpr (T == DType::kQ8_0) s[r] = dpbusd(s[r], broadcast8(a.qu + at), wv);
+        else s[r] = dpbusd(s[r], wv, broadcast8(a.q + at));
+      }
+    }
+    const __m256 dw = _mm256_loadu_ps(scales + b * 8);
+    for (int r = 0; r < R; ++r) {
+      const __m256i c = T == DType::kQ8_0 ? load256(blk + kBlockSteps * kStepBytes)
+                                          : _mm256_set1_epi32(8 * a.s32[(i0 + r) * nbx + b]);
+      const __m256 scale = _mm256_mul_ps(dw, _mm256_set1_ps(a.d[(i0 + r) * nbx + b]));
+      acc[r] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(_mm256_sub_epi32(pair_sums(s[r]), c)), acc[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) store_outputs(acc[r], bias, y + (i0 + r) * ldy);
+}
+
+// Q4_K / Q5_K pairs of steps: R rows from i0 times the group.
+template <DType T, int R>
+void tile_q4_k_pairs(const ActRows& a, int64_t i0, const uint8_t* steps, const float* scales, int64_t nb,
+                     const float* bias, float* y, int64_t ldy) {
+  __m256 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* blk = steps + b * kQ4KSteps;
+    __m512i sa[R];
+    for (int r = 0; r < R; ++r) sa[r] = _mm512_setzero_si512();
+    for (int j = 0; j < 8; ++j) {
+      const __m512i sc = pair_scales(blk + 8 * kBlockSteps * kStepBytes + 32 * j);
+      __m512i s[R];
+      for (int r = 0; r < R; ++r) s[r] = _mm512_setzero_si512();
+#pragma GCC unroll 4
+      for (int p = 0; p < kBlockSteps / 2; ++p) {
+        const __m512i wv = load512(blk + (j * kBlockSteps + 2 * p) * kStepBytes);
+        for (int r = 0; r < R; ++r)
+          s[r] = dpbusd(s[r], wv, broadcast8(a.q + (i0 + r) * a.k + b * kQKBlock + 32 * j + 8 * p));
+      }
+      for (int r = 0; r < R; ++r) sa[r] = _mm512_add_epi32(sa[r], _mm512_mullo_epi32(s[r], sc));
+    }
+    __m256i sums[R];
+    for (int r = 0; r < R; ++r) sums[r] = pair_sums(sa[r]);
+    finish_q4_k_block<R>(a, i0, blk, scales, b, sums, acc);
+  }
+  for (int r = 0; r < R; ++r) store_outputs(acc[r], bias, y + (i0 + r) * ldy);
+}
+
+// Q6_K pairs of steps: R rows from i0 times the group.
+template <int R>
+void tile_q6_k_pairs(const ActRows& a, int64_t i0, const uint8_t* steps, const float* scales, int64_t nb,
+                     const float* bias, float* y, int64_t ldy) {
+  __m256 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* blk = steps + b * kQ6KSteps;
+    __m512i sa[R];
+    for (int r = 0; r < R; ++r) sa[r] = _mm512_setzero_si512();
+    for (int g = 0; g < 16; ++g) {
+      const __m512i sc = pair_scales(blk + 64 * kStepBytes + 32 * g);
+      __m512i s[R];
+      for (int r = 0; r < R; ++r) s[r] = _mm512_setzero_si512();
+#pragma GCC unroll 2
+      for (int p = 0; p < 2; ++p) {
+        const __m512i wv = load512(blk + (4 * g + 2 * p) * kStepBytes);
+        for (int r = 0; r < R; ++r)
+          s[r] = dpbusd(s[r], wv, broadcast8(a.q + (i0 + r) * a.k + b * kQKBlock + 16 * g + 8 * p));
+      }
+      for (int r = 0; r < R; ++r) sa[r] = _mm512_add_epi32(sa[r], _mm512_mullo_epi32(s[r], sc));
+    }
+    __m256i sums[R];
+    for (int r = 0; r < R; ++r) sums[r] = pair_sums(sa[r]);
+    finish_q6_k_block<R>(a, i0, blk, scales, b, sums, acc);
+  }
+  for (int r = 0; r < R; ++r) store_outputs(acc[r], bias, y + (i0 + r) * ldy);
+}
+#endif
+
 }  // namespace vnni
 ASTRAI_PRAGMA(GCC pop_options)
 
 constexpr int kStepTileRows = 6;
 
+// fn(std::integral_constant<int, r>{}) for a row count r in [1, kMax].
+template <int kMax, typename Fn>
+inline void with_rows(int64_t r, Fn&& fn) {
+  if constexpr (kMax > 1) {
+    if (r == kMax) return fn(std::integral_constant<int, kMax>{});
+    with_rows<kMax - 1>(r, fn);
+  } else {
+    fn(std::integral_constant<int, 1>{});
+  }
+}
+
 // Rows [i0, i1) of x times the 8 W rows at w through the interleaved copy (Q4_0, Q4_K, Q5_K,
-// Q6_K; Q8_0 with VNNI only), with the VNNI tiles or without.
+// Q6_K; Q8_0 with VNNI only), with the VNNI tiles or without (v4's VNNI tiles on pairs of steps).
 template <DType T, bool Vnni>
 void outputs_steps(const ActRows& a, int64_t i0, int64_t i1, const uint8_t* w, int64_t nb, const float* bias,
                    float* y, int64_t ldy) {
   constexpr bool k4 = T == DType::kQ4_K || T == DType::kQ5_K, k6 = T == DType::kQ6_K, q8 = T == DType::kQ8_0;
+#if defined(ASTRAI_ISA_V4)
+  constexpr bool kPairs = Vnni;
+#else
+  constexpr bool kPairs = false;
+#endif
   static_assert(Vnni || !q8, "Q8_0 steps need VNNI (maddubs would saturate)");
   const int64_t step_bytes = nb * (k4 ? kQ4KSteps : k6 ? kQ6KSteps : q8 ? kQ8StepBlock : kBlockSteps * kStepBytes);
   thread_local std::vector<uint8_t> steps;  // grown, never shrunk
   thread_local std::vector<float> scales;
   if (steps.size() < static_cast<size_t>(step_bytes)) steps.resize(static_cast<size_t>(step_bytes));
   if (scales.size() < static_cast<size_t>(nb * 16)) scales.resize(static_cast<size_t>(nb * 16));
-  if constexpr (k4) interleave_q4_k<T>(w, nb * block_bytes(T), nb, steps.data(), scales.data());
-  else if constexpr (k6) interleave_q6_k(w, nb * kQ6KBlockBytes, nb, steps.data(), scales.data());
-  else if constexpr (q8) interleave_q8_0(w, nb * kQ8BlockBytes, nb, steps.data(), scales.data());
-  else interleave_q4_0(w, nb * kQ4BlockBytes, nb, steps.data(), scales.data());
+  if constexpr (k4) interleave_q4_k<T, kPairs>(w, nb * block_bytes(T), nb, steps.data(), scales.data());
+  else if constexpr (k6) interleave_q6_k<kPairs>(w, nb * kQ6KBlockBytes, nb, steps.data(), scales.data());
+  else if constexpr (q8) interleave_q8_0<kPairs>(w, nb * kQ8BlockBytes, nb, steps.data(), scales.data());
+  else interleave_q4_0<kPairs>(w, nb * kQ4BlockBytes, nb, steps.data(), scales.data());
   const auto run = [&](auto rows, int64_t i) {
     constexpr int kR = decltype(rows)::value;
     const uint8_t* st = steps.data();
     const float* sc = scales.data();
+#if defined(ASTRAI_ISA_V4)
+    if constexpr (kPairs && k4) return vnni::tile_q4_k_pairs<T, kR>(a, i, st, sc, nb, bias, y, ldy);
+    else if constexpr (kPairs && k6) return vnni::tile_q6_k_pairs<kR>(a, i, st, sc, nb, bias, y, ldy);
+    else if constexpr (kPairs) return vnni::tile_q32_pairs<T, kR>(a, i, st, sc, nb, bias, y, ldy);
+#endif
     if constexpr (Vnni && k4) vnni::tile_q4_k_steps<T, kR>(a, i, st, sc, nb, bias, y, ldy);
     else if constexpr (Vnni && k6) vnni::tile_q6_k_steps<kR>(a, i, st, sc, nb, bias, y, ldy);
     else if constexpr (Vnni) vnni::tile_q32_steps<T, kR>(a, i, st, sc, nb, bias, y, ldy);
@@ -887,17 +1046,11 @@ void outputs_steps(const ActRows& a, int64_t i0, int64_t i1, const uint8_t* w, i
     else if constexpr (k6) tile_q6_k_steps<kR>(a, i, st, sc, nb, bias, y, ldy);
     else tile_q4_0_steps<kR>(a, i, st, sc, nb, bias, y, ldy);
   };
-  constexpr int64_t kMax = k4 || k6 ? 4 : kStepTileRows;
+  // Rows per tile: what the registers hold (16 ymm: 4 for the k-quants; 32 zmm: 8).
+  constexpr int kMax = kPairs ? 8 : k4 || k6 ? 4 : kStepTileRows;
   for (int64_t i = i0; i < i1;) {
     const int64_t r = std::min<int64_t>(kMax, i1 - i);
-    switch (r) {
-      case 6: run(std::integral_constant<int, 6>{}, i); break;
-      case 5: run(std::integral_constant<int, 5>{}, i); break;
-      case 4: run(std::integral_constant<int, 4>{}, i); break;
-      case 3: run(std::integral_constant<int, 3>{}, i); break;
-      case 2: run(std::integral_constant<int, 2>{}, i); break;
-      default: run(std::integral_constant<int, 1>{}, i); break;
-    }
+    with_rows<kMax>(r, [&](auto rows) { run(rows, i); });
     i += r;
   }
 }
