@@ -2,8 +2,8 @@
 //   1. copy bandwidth (the decode ceiling), 1 and 2 threads;
 //   2. OpenBLAS SGEMM vs kernels::linear (f32 and bf16 weights) on transformer shapes,
 //      1 and 2 threads, GFLOP/s;
-//   3. quantized weights times 8-bit activations on prefill shapes (M = 512), GOP/s, with and
-//      without VNNI where the CPU has it;
+//   3. quantized weights times 8-bit activations on prefill and batched-decode shapes (M = 512,
+//      8, 32), GOP/s, with and without VNNI where the CPU has it;
 //   4. decode-shaped GEMV (M = 1 and 8): weight bytes read per second vs the copy probe.
 // Usage: see kUsage below (gemm_bench --help).
 #include <cstdio>
@@ -121,7 +121,8 @@ int main(int argc, char** argv) {
   }
 
   if (!gemv_only) {
-    // Prefill-shaped: the 100M model's gate/up and down projections at 512 rows, q8 activations.
+    // The 100M model's gate/up and down projections at 512 rows (prefill), gate/up at 8 and 32
+    // (decode batches), q8 activations.
     const bool saved_vnni = kernels::vnni_allowed();
     kernels::set_vnni(true);
     const std::string vnni = kernels::vnni_in_use();
@@ -133,7 +134,7 @@ int main(int argc, char** argv) {
     for (int threads : {1, 2}) {
       set_num_threads(threads);
       for (DType dt : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
-        for (const Shape s : {Shape{512, 2048, 768}, Shape{512, 768, 2048}}) {
+        for (const Shape s : {Shape{8, 2048, 768}, Shape{32, 2048, 768}, Shape{512, 2048, 768}, Shape{512, 768, 2048}}) {
           const double op = 2.0 * s.m * s.n * s.k / 1e9;
           kernels::set_vnni(true);
           const double with = vnni.empty() ? 0.0 : op / linear_seconds(s.m, s.n, s.k, dt, t_min);

@@ -1061,12 +1061,11 @@ template <DType T>
 void outputs(const ActRows& a, int64_t i0, int64_t i1, const uint8_t* w, int64_t nr, int64_t nb, const float* bias,
              float* y, int64_t ldy, const uint8_t* pf) {
   if (nr < 8) return outputs_ref<T>(a, i0, i1 - i0, w, nr, nb, bias, y, ldy);
-  // Rewriting a group pays off past 1 tile of rows (Q4_0, Q8_0), 2 (Q4_K and Q5_K, whose scales
-  // take longer to rewrite: at 8 rows ~4% slower interleaved, at 16 ~10% faster) or 8 (Q6_K,
-  // longer still: no faster at 16 rows, +20% at prefill's 64). Q8_0 only with VNNI.
-  const int64_t from = T == DType::kQ4_0 || T == DType::kQ8_0 ? kTileRows
-                       : T == DType::kQ6_K                    ? 8 * kTileRows
-                                                              : 2 * kTileRows;
+  // Rewriting a group pays off past 1 tile of rows with VNNI and for Q4_0; without VNNI past 2
+  // for Q4_K and Q5_K (whose scales take longer to rewrite: at 8 rows ~4% slower interleaved, at
+  // 16 ~10% faster) and 8 for Q6_K (longer still: no faster at 16 rows, +20% at prefill's 64).
+  // Q8_0 only with VNNI (gemm_bench's quantized table measures these).
+  const int64_t from = a.vnni || T == DType::kQ4_0 ? kTileRows : T == DType::kQ6_K ? 8 * kTileRows : 2 * kTileRows;
   if (i1 - i0 > from) {
     if (a.vnni) return outputs_steps<T, true>(a, i0, i1, w, nb, bias, y, ldy);
     if constexpr (T != DType::kQ8_0) return outputs_steps<T, false>(a, i0, i1, w, nb, bias, y, ldy);
