@@ -106,16 +106,27 @@ def read_raw(path):
             for k, v in header.items() if k != "__metadata__"}
 
 
+VNNI_LEVELS = []  # filled by main: vnni_levels()
+
+
 def levels():
     info = json.loads(of.run(["info", "--json"]).stdout)["cpu"]
     return info["levels_supported"]
 
 
-def score_at(level, d, seqs, tmp, extra=(), activations="f32"):
+def vnni_levels():
+    """The levels whose VNNI kernels this CPU runs (AVX-VNNI under v3, AVX-512 VNNI under v4)."""
+    info = json.loads(of.run(["info", "--json"]).stdout)["cpu"]
+    return [lvl for lvl, feature in (("v3", "avx_vnni"), ("v4", "avx512_vnni"))
+            if feature in info["features"] and lvl in info["levels_supported"]]
+
+
+def score_at(level, d, seqs, tmp, extra=(), activations="f32", vnni=True):
     """Logits of `astrai score` at CPU level `level`, quantized weights times `activations`
-    (f32: exact widening; q8: 8-bit activations, integer dot products)."""
-    saved = {k: os.environ.get(k) for k in ("ASTRAI_CPU_ISA", "ASTRAI_ACTIVATIONS")}
+    (f32: exact widening; q8: 8-bit activations, integer dot products), VNNI allowed or not."""
+    saved = {k: os.environ.get(k) for k in ("ASTRAI_CPU_ISA", "ASTRAI_ACTIVATIONS", "ASTRAI_CPU_VNNI")}
     os.environ["ASTRAI_CPU_ISA"], os.environ["ASTRAI_ACTIVATIONS"] = level, activations
+    os.environ["ASTRAI_CPU_VNNI"] = "1" if vnni else "0"
     try:
         return of.score(d, seqs, tmp, extra)[0]
     finally:
@@ -137,10 +148,14 @@ def greedy(d, seqs, tmp):
 
 
 def same_on_levels(what, q, seqs, tmp, lv, want, label, activations="f32"):
-    """`astrai score` of checkpoint q at every level in lv gives the bytes of `want`."""
+    """`astrai score` of checkpoint q at every level in lv gives the bytes of `want` (with q8
+    activations, on the levels whose VNNI this CPU has, with VNNI and without)."""
     for level in lv:
         got = score_at(level, q, seqs, tmp, activations=activations)
         check(got.tobytes() == want.tobytes(), "%s: %s (%s)" % (what, label, level))
+        if activations == "q8" and level in VNNI_LEVELS:
+            got = score_at(level, q, seqs, tmp, activations=activations, vnni=False)
+            check(got.tobytes() == want.tobytes(), "%s: %s (%s, VNNI off)" % (what, label, level))
 
 
 def test_model(name, fmt, quants, qtype, tmp, lv, ggml=None, spec=None):
@@ -443,7 +458,8 @@ def main():
     try:
         quants, qtypes = gguf_py(tmp)
         lv = levels()
-        print("levels: %s" % ", ".join(lv))
+        VNNI_LEVELS[:] = vnni_levels()
+        print("levels: %s; with VNNI: %s" % (", ".join(lv), ", ".join(VNNI_LEVELS) or "none"))
         outs = {}
         for name in MODELS:
             for fmt in ("q8_0", "q4_0"):
