@@ -14,7 +14,8 @@ Files:
     q/k permuted as llama.cpp's converter does;
   * F32 llama files requantized by llama.cpp's own `llama-quantize --pure` to Q8_0, Q4_0, Q4_K, Q5_K
     and Q6_K, and to its default Q4_K_M and Q5_K_M mixtures (Q4_K or Q5_K with Q6_K tensors in one
-    file);
+    file; on a model whose widths are not multiples of 256, its fallbacks Q5_0, Q5_1 and Q8_0);
+  * Q4_1, Q5_0 and Q5_1 files written by gguf-py (we rewrite those types in memory);
   * small llama models carrying real vocabularies (Llama-3, Qwen3 and GPT-4o byte-level BPE, Llama-2
     SentencePiece), scored on texts that each side tokenizes itself.
 For the random-weight files a third party computes the exact answer: PyTorch on the values the
@@ -187,13 +188,16 @@ def main():
         pure_k = ["Q4_K", "Q5_K", "Q6_K"] if name == "llama_q4_k" else []
         mixed_k = ["Q4_K_M", "Q5_K_M"] if name == "llama_q4_k" else []
         k_quants = pure_k + mixed_k
-        for ttype in ["F32", "F16", "BF16", "Q8_0", "Q4_0"] + k_quants:
+        for ttype in ["F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1"] + k_quants:
             path = os.path.join(tmp, "%s_%s.gguf" % (name, ttype))
             go.write_model_gguf(path, cfg, W, ttype, blocks=go.k_quant_blocks(cfg, W, tmp, ttype) if ttype in k_quants else None)
             rows.append(compare(name, ttype, score_all(path, cfg, seqs(c.vocab))))
             if name in ("llama_gqa", "llama_q4_k") and ttype == "F32":
                 # --pure: every matrix of the type; Q4_K_M, Q5_K_M: llama.cpp's default mixtures (with Q6_K)
-                for q, pure in [(t, ["--pure"]) for t in ["Q8_0", "Q4_0"] + pure_k] + [(t, []) for t in mixed_k]:
+                # llama_gqa's widths (128) are not multiples of 256: its Q4_K_M and Q5_K_M fall back to
+                # Q5_0 / Q5_1 (and Q8_0 for Q6_K) in every matrix, as for Qwen2.5-0.5B's hidden 896.
+                mixed = ["Q4_K_M", "Q5_K_M"]
+                for q, pure in [(t, ["--pure"]) for t in ["Q8_0", "Q4_0"] + pure_k] + [(t, []) for t in mixed]:
                     qpath = os.path.join(tmp, "%s_llama-quantize_%s.gguf" % (name, q))
                     subprocess.run([os.path.join(a.llamacpp, "build", "bin", "llama-quantize")] + pure + [path, qpath, q],
                                    check=True, capture_output=True)

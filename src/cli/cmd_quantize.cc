@@ -30,8 +30,11 @@ void run_quantize(const QuantizeOptions& o) {
       model::save_quantized_checkpoint(o.output, ck.config, ck.weights, o.type, tensor_formats);
   tokenizer::copy_tokenizer_files(o.model, o.output);
   const std::string emb = tensor_formats.empty() ? "" : " (the embedding and output matrices " + o.embedding_type + ")";
-  std::printf("quantized %lld matrices to %s%s, kept %lld tensors as f32: %.1f MiB -> %.1f MiB, written to %s\n",
-              static_cast<long long>(r.quantized), o.type.c_str(), emb.c_str(), static_cast<long long>(r.kept),
+  const std::string fallback =
+      r.fallback == 0 ? ""
+                      : " (" + std::to_string(r.fallback) + " of them to q8_0: their rows are not whole super-blocks of 256)";
+  std::printf("quantized %lld matrices to %s%s%s, kept %lld tensors as f32: %.1f MiB -> %.1f MiB, written to %s\n",
+              static_cast<long long>(r.quantized), o.type.c_str(), emb.c_str(), fallback.c_str(), static_cast<long long>(r.kept),
               static_cast<double>(r.bytes_in) / (1 << 20), static_cast<double>(r.bytes_out) / (1 << 20),
               o.output.c_str());
 }
@@ -42,7 +45,7 @@ void setup_quantize(CLI::App& app) {
       "quantize", "Write a checkpoint with quantized weight matrices (q8_0: blocks of 32 int8 and an f16 scale; q4_0: of 32 "
       "4-bit quants and an f16 scale; q4_k: llama.cpp's Q4_K, super-blocks of 256 4-bit quants with 6-bit scales and mins "
       "per 32; q5_k: llama.cpp's Q5_K, the same with 5-bit quants; q6_k: llama.cpp's Q6_K, super-blocks of 256 6-bit "
-      "quants with int8 scales per 16; q4_k, q5_k and q6_k need matrices' input width a multiple of 256)");
+      "quants with int8 scales per 16; with q4_k, q5_k and q6_k, matrices whose input width is not a multiple of 256 are written as q8_0)");
   cmd->add_option("--model", opts->model, "model directory (config.json + safetensors; f32/bf16/f16, or quantized) or GGUF file (its vocabulary is written as tokenizer.json)")->required();
   cmd->add_option("--output", opts->output, "directory of the quantized checkpoint")->required();
   cmd->add_option("--type", opts->type, "weight format: q8_0 (8.5 bits per weight), q4_0 (4.5), q4_k (4.5), q5_k (5.5), q6_k (6.5625)")

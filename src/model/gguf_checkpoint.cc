@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <optional>
@@ -25,6 +26,57 @@ std::optional<DType> dtype_of_ggml(uint32_t type) {
     case 14: return DType::kQ6_K;
     case 30: return DType::kBF16;
     default: return std::nullopt;
+  }
+}
+
+// llama.cpp's older 32-weight block types, which llama-quantize still writes where a k-quant does
+// not fit a matrix's width (Q4_K_M puts Q5_0, Q5_K_M Q5_1, in matrices whose input width is not a
+// multiple of 256: most of Qwen2.5-0.5B's). We have no kernels of their own for them; they are
+// rewritten at load into a type we have, value for value: Q5_0 (d * (q - 16), q of 5 bits) into
+// Q8_0 with the same d (34 bytes instead of 22 per 32 weights), Q4_1 and Q5_1 (d * q + m) into f32.
+enum class LegacyType { kQ4_1 = 3, kQ5_0 = 6, kQ5_1 = 7 };
+
+std::optional<LegacyType> legacy_type(uint32_t type) {
+  if (type == 3 || type == 6 || type == 7) return static_cast<LegacyType>(type);
+  return std::nullopt;
+}
+
+int64_t legacy_block_bytes(LegacyType t) { return t == LegacyType::kQ4_1 ? 20 : t == LegacyType::kQ5_0 ? 22 : 24; }
+
+uint16_t u16_at(const uint8_t* p) {
+  uint16_t v;
+  std::memcpy(&v, p, 2);
+  return v;
+}
+
+// The 32 unsigned quants of a Q4_1 / Q5_0 / Q5_1 block (5-bit types: the fifth bit of element e
+// is bit e of qh); element j < 16 is the low nibble of qs[j], element j + 16 its high nibble.
+void legacy_quants(LegacyType t, const uint8_t* blk, uint8_t* q) {
+  const bool five = t != LegacyType::kQ4_1;
+  const uint8_t* qs = blk + (t == LegacyType::kQ5_0 ? 6 : t == LegacyType::kQ5_1 ? 8 : 4);
+  uint32_t qh = 0;
+  if (five) std::memcpy(&qh, blk + (t == LegacyType::kQ5_0 ? 2 : 4), 4);
+  for (int j = 0; j < 16; ++j) {
+    q[j] = static_cast<uint8_t>((qs[j] & 15) | (five ? ((qh >> j) & 1) << 4 : 0));
+    q[j + 16] = static_cast<uint8_t>((qs[j] >> 4) | (five ? ((qh >> (j + 16)) & 1) << 4 : 0));
+  }
+}
+
+// `blocks` blocks of type t at src as Q8_0 (Q5_0) or f32 (Q4_1, Q5_1) at dst.
+void widen_legacy_blocks(LegacyType t, const uint8_t* src, int64_t blocks, uint8_t* dst) {
+  uint8_t q[32];
+  for (int64_t b = 0; b < blocks; ++b) {
+    const uint8_t* blk = src + b * legacy_block_bytes(t);
+    legacy_quants(t, blk, q);
+    if (t == LegacyType::kQ5_0) {
+      uint8_t* out = dst + b * kQ8BlockBytes;
+      std::memcpy(out, blk, 2);  // the same f16 d
+      for (int e = 0; e < 32; ++e) out[2 + e] = static_cast<uint8_t>(static_cast<int8_t>(q[e] - 16));
+    } else {
+      const float d = f16_to_f32(u16_at(blk)), m = f16_to_f32(u16_at(blk + 2));
+      float* out = reinterpret_cast<float*>(dst) + b * 32;
+      for (int e = 0; e < 32; ++e) out[e] = static_cast<float>(q[e]) * d + m;  // the product is exact: one rounding
+    }
   }
 }
 
@@ -92,13 +144,32 @@ Tensor unpermute_rope_rows(const Tensor& t, int64_t heads, const std::string& wh
   return out;
 }
 
-// The GGUF tensor as a Tensor over the mapping, shape in our order (slowest dimension first).
+// A Q4_1 / Q5_0 / Q5_1 tensor rewritten in memory as Q8_0 or f32 (see LegacyType).
+Tensor widened_legacy_tensor(const GgufFile& g, const GgufTensorRecord& r, LegacyType t, const std::string& where) {
+  Shape shape(r.dims.rbegin(), r.dims.rend());
+  if (r.dims[0] % 32 != 0) fail(where, " rows of ", r.dims[0], " elements are not whole ", ggml_type_name(r.ggml_type), " blocks");
+  const int64_t blocks = shape_numel(shape) / 32;
+  const uint64_t bytes = static_cast<uint64_t>(blocks * legacy_block_bytes(t));
+  if (r.offset > g.file->size() || bytes > g.file->size() - r.offset)
+    fail(where, " needs ", bytes, " bytes at offset ", r.offset, " but the file has ", g.file->size(),
+         ": truncated file?");
+  const DType to = t == LegacyType::kQ5_0 ? DType::kQ8_0 : DType::kF32;
+  const size_t out_bytes = dtype_bytes(to, shape_numel(shape));
+  Tensor out(make_host_storage(out_bytes), 0, std::move(shape), to);
+  widen_legacy_blocks(t, g.file->data() + r.offset, blocks, static_cast<uint8_t*>(out.raw()));
+  return out;
+}
+
+// The GGUF tensor as a Tensor over the mapping, shape in our order (slowest dimension first);
+// llama.cpp's older block types rewritten in memory (widened_legacy_tensor).
 Tensor mapped_tensor(const GgufFile& g, const GgufTensorRecord& r) {
   const std::string where = g.file->path() + ": tensor \"" + r.name + "\"";
+  if (const auto legacy = legacy_type(r.ggml_type)) return widened_legacy_tensor(g, r, *legacy, where);
   const auto dtype = dtype_of_ggml(r.ggml_type);
   if (!dtype)
     fail(where, " has type ", ggml_type_name(r.ggml_type),
-         "; supported: F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K (llama-quantize with one of those rewrites a file)");
+         "; supported: F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, and Q4_1, Q5_0, Q5_1 (rewritten in memory as f32, "
+         "Q8_0, f32); llama-quantize with one of those rewrites a file");
   Shape shape(r.dims.rbegin(), r.dims.rend());
   if (r.dims[0] % dtype_block(*dtype) != 0)
     fail(where, " rows of ", r.dims[0], " elements are not whole ", dtype_name(*dtype), " blocks");
@@ -226,8 +297,10 @@ Checkpoint load_gguf_checkpoint(const std::string& path, WeightPlacement placeme
   const bool permuted = g.metadata.value("general.architecture", "") == "llama";
   TensorMap tensors;
   std::map<DType, int> block_matrices;
+  std::map<uint32_t, int> widened;  // legacy GGML type -> tensors rewritten in memory
   for (const auto& r : g.tensors) {
     if (r.name == "rope_freqs.weight") continue;  // in the config (gguf_hf_config)
+    if (legacy_type(r.ggml_type)) ++widened[r.ggml_type];
     const std::string name = hf_name(r.name);
     Tensor t = mapped_tensor(g, r);
     const std::string where = path + ": tensor \"" + r.name + "\"";
@@ -245,6 +318,14 @@ Checkpoint load_gguf_checkpoint(const std::string& path, WeightPlacement placeme
     std::string format(dtype_name(most->first));
     std::transform(format.begin(), format.end(), format.begin(), ::tolower);
     ck.config.weight_format = format;
+  }
+  for (const auto& [type, count] : widened) {
+    const auto t = static_cast<LegacyType>(type);
+    const bool q8 = t == LegacyType::kQ5_0;
+    char ratio[16];
+    std::snprintf(ratio, sizeof ratio, "%.1f", (q8 ? 34.0 : 128.0) / static_cast<double>(legacy_block_bytes(t)));
+    log_info(path, ": ", count, " ", ggml_type_name(type), " tensors rewritten in memory as ", q8 ? "Q8_0" : "f32", " (",
+             ratio, "x their bytes), value for value: there are no kernels for ", ggml_type_name(type), " itself");
   }
   ck.weights = ModelWeights::from_tensors(ck.config, tensors, path);
   if (placement == WeightPlacement::kMemory) {

@@ -6,7 +6,8 @@ does: its tensor names (gguf.TENSOR_NAMES), its metadata keys, q/k rows of llama
 adjacent-pair RoPE, vectors in F32, matrices in F32, F16, BF16, Q8_0 or Q4_0 (gguf-py's quantizers).
 Checks:
   * per architecture (llama GQA, llama with every bias and tied embeddings, qwen2 with biases and
-    linear RoPE scaling, qwen3 with qk-norm and a head_dim of its own) and tensor type, `astrai score`
+    linear RoPE scaling, qwen3 with qk-norm and a head_dim of its own) and tensor type (also Q4_1,
+    Q5_0 and Q5_1, which we rewrite in memory), `astrai score`
     logits of the GGUF file equal, bit for bit, those of a safetensors checkpoint holding the values
     the file holds (dequantized by gguf-py), so the names, shapes, types and the RoPE un-permutation
     are all right; greedy generations are the same tokens; one model against PyTorch within 1e-4;
@@ -53,7 +54,9 @@ MODELS = {
     "llama_q4_k": of.base("llama", hidden_size=256, intermediate_size=512, num_attention_heads=4,
                           num_key_value_heads=2),
 }
-TYPES = ["F32", "F16", "BF16", "Q8_0", "Q4_0"]
+# Q4_1, Q5_0, Q5_1: llama.cpp's older types, which llama-quantize still writes where a k-quant does
+# not fit a matrix's width (we rewrite them in memory as f32, Q8_0, f32, value for value).
+TYPES = ["F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1"]
 VOCABS = {"llama3": ("gpt2", "llama-bpe"), "qwen3": ("gpt2", "qwen2"), "gpt4o": ("gpt2", "gpt-4o"),
           "llama2": ("llama", None)}
 TEXTS = ["Hello, world!", "  leading spaces and trailing  ", "The year 2024: 1234567 items cost $9.99.",
@@ -144,7 +147,9 @@ def write_model_meta(wr, cfg, ttype, vocab=None):
     wr.add_vocab_size(c.vocab)
     wr.add_file_type({"F32": gguf.LlamaFileType.ALL_F32, "F16": gguf.LlamaFileType.MOSTLY_F16,
                       "BF16": gguf.LlamaFileType.MOSTLY_BF16, "Q8_0": gguf.LlamaFileType.MOSTLY_Q8_0,
-                      "Q4_0": gguf.LlamaFileType.MOSTLY_Q4_0, "Q4_K": gguf.LlamaFileType.MOSTLY_Q4_K_S,
+                      "Q4_0": gguf.LlamaFileType.MOSTLY_Q4_0, "Q4_1": gguf.LlamaFileType.MOSTLY_Q4_1,
+                      "Q5_0": gguf.LlamaFileType.MOSTLY_Q5_0, "Q5_1": gguf.LlamaFileType.MOSTLY_Q5_1,
+                      "Q4_K": gguf.LlamaFileType.MOSTLY_Q4_K_S,
                       "Q5_K": gguf.LlamaFileType.MOSTLY_Q5_K_S, "Q6_K": gguf.LlamaFileType.MOSTLY_Q6_K,
                       "Q4_K_M": gguf.LlamaFileType.MOSTLY_Q4_K_M, "Q5_K_M": gguf.LlamaFileType.MOSTLY_Q5_K_M}[ttype])
     if vocab:

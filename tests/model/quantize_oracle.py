@@ -39,7 +39,7 @@ MODELS = ["llama_mha_bias_tied_sharded", "qwen3_qknorm_mqa8_dynamic_bf16", "mist
 # How far the quantized model's logits may be from the unquantized model's (max |diff| / max |ref|):
 # quantization is lossy; these bounds only catch a broken format (observed: q8_0 ~0.02, q4_0 ~0.2).
 LOSSY_BOUND = {"q8_0": 0.1, "q4_0": 0.6, "q4_k": 0.6, "q5_k": 0.4, "q6_k": 0.2}
-# The k-quants need matrices whose input width is a multiple of 256 (quantizing others is an error).
+# The k-quants need matrices whose input width is a multiple of 256 (others fall back to q8_0).
 Q4K_MODELS = {
     "llama_q4k_gqa": (of.base("llama", hidden_size=256, intermediate_size=512, num_attention_heads=4,
                               num_key_value_heads=2, attention_bias=True), "F32", 2, False),
@@ -421,14 +421,30 @@ def test_k_adversarial(ggml, tmp, fmt):
           % (fmt, adv.shape[0], (" (differ: %s)" % bad) if bad else ""))
 
 
-def test_k_errors(tmp, fmt):
-    src = os.path.join(tmp, "llama_mha_bias_tied_sharded")  # hidden size 64: no whole super-blocks
-    out = os.path.join(tmp, "x_" + fmt)
-    r = of.run(["quantize", "--model", src, "--output", out, "--type", fmt], expect_ok=False)
-    check(r.returncode != 0 and "256" in r.stderr and "q4_0" in r.stderr and fmt in r.stderr
-          and "model.embed_tokens.weight" in r.stderr and not os.path.exists(out),
-          "%s of matrices 64 wide is refused before writing, naming the tensor and q4_0: %s"
-          % (fmt, r.stderr.strip()[-200:]))
+def test_k_fallback(tmp, fmt, lv):
+    """A k-quant of a model whose matrices are not whole super-blocks wide (hidden 64): those
+    matrices are written as q8_0 (as llama-quantize falls back to a 32-block type), recorded in
+    config.json, byte for byte what --type q8_0 writes; here that is every matrix, so the
+    checkpoint scores as the q8_0 one does, bit for bit."""
+    name = "llama_mha_bias_tied_sharded"
+    src, q8 = os.path.join(tmp, name), os.path.join(tmp, name + "_q8_0_now")
+    if not os.path.exists(q8):
+        of.run(["quantize", "--model", src, "--output", q8, "--type", "q8_0"])
+    out = os.path.join(tmp, "%s_%s_fallback" % (name, fmt))
+    r = of.run(["quantize", "--model", src, "--output", out, "--type", fmt])
+    raw, want = read_raw(os.path.join(out, "model.safetensors")), read_raw(os.path.join(q8, "model.safetensors"))
+    formats = json.load(open(os.path.join(out, "config.json")))["quantization_config"].get("tensor_formats", {})
+    matrices = [n for n, (dt, _, _) in want.items() if dt == "U8"]
+    check(matrices and sorted(formats) == sorted(matrices) and set(formats.values()) == {"q8_0"}
+          and "%d of them to q8_0" % len(matrices) in r.stdout,
+          "%s: the %d matrices 64 wide fall back to q8_0, recorded in config.json and reported: %s"
+          % (fmt, len(matrices), r.stdout.strip()))
+    differ = [n for n in want if raw.get(n) != want[n]]
+    check(not differ and len(raw) == len(want), "%s fallback: every tensor's bytes == --type q8_0's%s"
+          % (fmt, " (differ: %s)" % differ[:4] if differ else ""))
+    seqs = [[(7 * i + 3) % 211 for i in range(1, 20)]]
+    same_on_levels("%s fallback" % fmt, out, seqs, tmp, lv, score_at("auto", q8, seqs, tmp),
+                   "logits == the q8_0 checkpoint's, bit for bit")
 
 
 def test_q4k_bad_shape(tmp, q):
@@ -478,7 +494,7 @@ def main():
             check(r.returncode == 0 and fmt in r.stdout, "info names the %s format" % fmt)
         test_q4k_bad_shape(tmp, os.path.join(tmp, "llama_q4k_gqa_q4_k"))  # its down_proj rows are 2 super-blocks
         for fmt in GGML_FORMATS:
-            test_k_errors(tmp, fmt)
+            test_k_fallback(tmp, fmt, lv)
         test_errors(*outs["q8_0"], tmp)
         test_activations_option(outs["q8_0"][1])
         test_embedding_type("mistral_gqa8_f16", "q4_0", "q8_0", quants, qtypes, tmp, lv)
