@@ -30,6 +30,11 @@ HugeBuffer::HugeBuffer(size_t floats) : floats_(floats) {
   ::madvise(data_, mapped_, MADV_HUGEPAGE);  // advice only: ignored where THP is off
 }
 
+void HugeBuffer::prefault() {
+  volatile char* p = reinterpret_cast<volatile char*>(data_);
+  for (size_t off = 0; off < mapped_; off += 4096) p[off] = 0;  // zero already: the write only faults the page in
+}
+
 HugeBuffer::~HugeBuffer() { release(); }
 
 HugeBuffer::HugeBuffer(HugeBuffer&& o) noexcept

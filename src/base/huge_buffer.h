@@ -19,6 +19,10 @@ class HugeBuffer {
   HugeBuffer(const HugeBuffer&) = delete;
   HugeBuffer& operator=(const HugeBuffer&) = delete;
 
+  // Touches every page now, so that the kernel's page faults (zero-filling the memory) happen
+  // here rather than at the first writes; commits the memory.
+  void prefault();
+
   float* data() { return data_; }
   const float* data() const { return data_; }
   size_t size() const { return floats_; }

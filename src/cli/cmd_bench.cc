@@ -190,6 +190,7 @@ RunStats run_batch(const std::shared_ptr<const model::Transformer>& m, int batch
   o.max_step_tokens = 2048;
   o.prefix_cache = prefix_cache;
   o.kv_dtype = kv_dtype;
+  o.prefault_kv = true;  // as a server's (and llama.cpp's cleared) cache: page faults are not the work measured
   const int64_t tokens = int64_t(batch) * (prompt_len + int64_t(shared_prefix.size()) + gen + 32);
   // Sized for f32 elements: bf16 gets twice the pages it needs, never too few.
   o.kv_cache_bytes = std::max<int64_t>(tokens * m->kv_bytes_per_token(DType::kF32), 64 << 20);

@@ -105,6 +105,7 @@ void run_serve(const ServeOptions& o) {
   eo.max_running = o.max_running;
   eo.max_queue = o.max_queue;
   eo.kv_cache_bytes = parse_size(o.kv_cache_memory, "--kv-cache-memory");
+  eo.prefault_kv = true;  // the memory asked for is committed at start; no page faults in the first requests
   eo.kv_dtype = o.kv_dtype;
   eo.max_context = o.max_context;
   auto engine = std::make_shared<infer::Engine>(model, tok, eo);
@@ -130,7 +131,7 @@ void setup_serve(CLI::App& app) {
   cmd->add_option("--model-name", opts->model_name, "Name clients use (default: the model directory's name)");
   cmd->add_option("--max-running", opts->max_running, "Requests in the running batch")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("--max-queue", opts->max_queue, "Queued requests before 429")->capture_default_str()->check(CLI::PositiveNumber);
-  cmd->add_option("--kv-cache-memory", opts->kv_cache_memory, "KV cache size (e.g. 512M, 4G)")->capture_default_str();
+  cmd->add_option("--kv-cache-memory", opts->kv_cache_memory, "KV cache size (e.g. 512M, 4G), committed (faulted in) at start")->capture_default_str();
   add_kv_dtype_option(cmd, &opts->kv_dtype);
   add_no_mmap_flag(cmd, &opts->no_mmap);
   add_device_option(cmd, &opts->device);

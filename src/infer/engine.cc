@@ -89,6 +89,7 @@ Engine::Impl::Impl(std::unique_ptr<ForwardBackend> backend, std::unique_ptr<Text
   if (info.max_context > 0) max_context_ = std::min(max_context_, info.max_context);
   ASTRAI_CHECK(max_context_ >= 2, "engine: context length ", max_context_, " is too small");
   pool_.set_prefix_cache(options.prefix_cache);
+  if (options.prefault_kv) kv_->prefault();
   stats_.kv_pages_total = pool_.num_pages();
   stats_.kv_pages_free = pool_.num_available();
   // The engine thread runs every forward: it takes the constructing thread's thread count,

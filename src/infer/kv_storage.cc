@@ -69,6 +69,10 @@ class PagedKvStorage final : public KvStorage {
     return size_t(layout_.page_size) * layout_.num_kv_heads * head_dim * dtype_size(layout_.dtype);
   }
 
+  void prefault() override {
+    for (HugeBuffer& b : host_) b.prefault();
+  }
+
   void* allocate_zeroed(size_t bytes) {
     if (ops_.device() == Device::kCpu) {
       host_.emplace_back((bytes + 3) / 4);  // HugeBuffer counts floats; zero-filled

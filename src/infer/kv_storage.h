@@ -39,6 +39,9 @@ class KvStorage {
   virtual const model::PagedKv& paged_kv() const = 0;
   // Copies every layer's K/V of page src to page dst (forking a partial page).
   virtual void copy_page(int32_t src, int32_t dst) = 0;
+  // Faults every page of host memory in now (device memory is written when allocated), so the
+  // first requests do not pay for it; commits the memory.
+  virtual void prefault() {}
 };
 
 // `pages` zero-filled pages in host memory, one block per layer for K and one for V, on 2 MiB
