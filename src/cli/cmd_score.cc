@@ -146,6 +146,15 @@ void run_score(const ScoreOptions& o) {
       if (seqs[s][i] < 0 || seqs[s][i] >= vocab)
         fail("--ids: token id ", seqs[s][i], " (sequence ", s, ", position ", i, ") is outside the vocabulary [0, ",
              vocab, ")");
+  // The model's context, as the engine enforces it; dynamic RoPE scaling is defined past it
+  // (it rescales the frequencies from the sequence's length), so those models score any length.
+  const model::ModelConfig& c = m.config();
+  if (c.rope_scaling.type != model::RopeScalingType::kDynamic)
+    for (size_t s = 0; s < seqs.size(); ++s)
+      if (static_cast<int64_t>(seqs[s].size()) > c.context_length())
+        fail("--ids: sequence ", s, " has ", seqs[s].size(), " tokens but the model's context holds ",
+             c.context_length(), " (max_position_embeddings of its config); score a shorter window, or use "
+             "`astrai eval perplexity`, which slides one over long texts");
   const std::vector<float> logits = run_forward(m, seqs, o.chunk, o.page_size);
 
   Json all = Json::array();

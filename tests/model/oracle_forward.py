@@ -527,6 +527,10 @@ def test_errors(tmp):
     expect_error(score_args(good, "1,2,%d" % c.vocab), "outside the vocabulary", "id == vocab_size")
     expect_error(score_args(good, "1,-1"), "outside the vocabulary", "negative id")
     expect_error(score_args(good, "1,x"), "is not a token id", "non-numeric id")
+    ctx = cfg["max_position_embeddings"]
+    check(run(score_args(good, ",".join(["5"] * ctx))).returncode == 0, "a sequence of the whole context scores")
+    expect_error(score_args(good, ",".join(["5"] * (ctx + 1))), "the model's context holds %d" % ctx,
+                 "a sequence longer than the context")
 
     for name, change, needle in [
         ("unknown_type", {"model_type": "gpt2"}, 'unknown model_type "gpt2"'),
