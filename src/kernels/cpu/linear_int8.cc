@@ -487,12 +487,16 @@ inline void store_steps(const __m256i* v, uint8_t* out) {
       lo[i] = _mm256_unpacklo_epi64(v[2 * i], v[2 * i + 1]);
       hi[i] = _mm256_unpackhi_epi64(v[2 * i], v[2 * i + 1]);
     }
-    const __m256i* src[4] = {lo, hi, lo, hi};  // qword p of the rows: lo/hi, low/high 128 bits
-    for (int p = 0; p < 4; ++p) {
-      const int sel = p < 2 ? 0x20 : 0x31;
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 64 * p), _mm256_permute2x128_si256(src[p][0], src[p][1], sel));
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 64 * p + 32), _mm256_permute2x128_si256(src[p][2], src[p][3], sel));
-    }
+    // Qword p of the rows: p = 0, 1 in the low 128 bits of lo / hi, p = 2, 3 in the high ones
+    // (the selectors are immediates, so written out).
+    const auto store = [&](int p, __m256i a, __m256i b) {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 64 * p), a);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 64 * p + 32), b);
+    };
+    store(0, _mm256_permute2x128_si256(lo[0], lo[1], 0x20), _mm256_permute2x128_si256(lo[2], lo[3], 0x20));
+    store(1, _mm256_permute2x128_si256(hi[0], hi[1], 0x20), _mm256_permute2x128_si256(hi[2], hi[3], 0x20));
+    store(2, _mm256_permute2x128_si256(lo[0], lo[1], 0x31), _mm256_permute2x128_si256(lo[2], lo[3], 0x31));
+    store(3, _mm256_permute2x128_si256(hi[0], hi[1], 0x31), _mm256_permute2x128_si256(hi[2], hi[3], 0x31));
   }
 }
 
