@@ -1017,7 +1017,7 @@ inline void with_rows(int64_t r, Fn&& fn) {
 // Q6_K; Q8_0 with VNNI only), with the VNNI tiles or without (v4's VNNI tiles on pairs of steps).
 template <DType T, bool Vnni>
 void outputs_steps(const ActRows& a, int64_t i0, int64_t i1, const uint8_t* w, int64_t nb, const float* bias,
-                   float* y, int64_t ldy) {
+                   float* y, int64_t ldy, const uint8_t* pf) {
   constexpr bool k4 = T == DType::kQ4_K || T == DType::kQ5_K, k6 = T == DType::kQ6_K, q8 = T == DType::kQ8_0;
 #if defined(ASTRAI_ISA_V4)
   constexpr bool kPairs = Vnni;
@@ -1034,6 +1034,10 @@ void outputs_steps(const ActRows& a, int64_t i0, int64_t i1, const uint8_t* w, i
   else if constexpr (k6) interleave_q6_k<kPairs>(w, nb * kQ6KBlockBytes, nb, steps.data(), scales.data());
   else if constexpr (q8) interleave_q8_0<kPairs>(w, nb * kQ8BlockBytes, nb, steps.data(), scales.data());
   else interleave_q4_0<kPairs>(w, nb * kQ4BlockBytes, nb, steps.data(), scales.data());
+  // The next group (pf, or null) into L2 while this one's tiles run: its rewrite then reads
+  // from cache, not memory (the weights of a decode step are far larger than the caches).
+  if (pf)
+    for (int64_t off = 0; off < 8 * nb * block_bytes(T); off += 64) prefetch_l2(pf + off);
   const auto run = [&](auto rows, int64_t i) {
     constexpr int kR = decltype(rows)::value;
     const uint8_t* st = steps.data();
@@ -1071,8 +1075,8 @@ void outputs(const ActRows& a, int64_t i0, int64_t i1, const uint8_t* w, int64_t
   // Q8_0 only with VNNI (gemm_bench's quantized table measures these).
   const int64_t from = a.vnni || T == DType::kQ4_0 ? kTileRows : T == DType::kQ6_K ? 8 * kTileRows : 2 * kTileRows;
   if (i1 - i0 > from) {
-    if (a.vnni) return outputs_steps<T, true>(a, i0, i1, w, nb, bias, y, ldy);
-    if constexpr (T != DType::kQ8_0) return outputs_steps<T, false>(a, i0, i1, w, nb, bias, y, ldy);
+    if (a.vnni) return outputs_steps<T, true>(a, i0, i1, w, nb, bias, y, ldy, pf);
+    if constexpr (T != DType::kQ8_0) return outputs_steps<T, false>(a, i0, i1, w, nb, bias, y, ldy, pf);
   }
   const int64_t rb = nb * block_bytes(T);
   for (int64_t i = i0; i < i1;) {
