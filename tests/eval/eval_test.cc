@@ -2,6 +2,7 @@
 // continuation) split, the scoring summary and URL parsing. The scoring itself is checked
 // against PyTorch and `astrai score` by oracle_eval.py.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
@@ -96,8 +97,13 @@ TEST(Tasks, TrailingWhitespaceMovesToTheContinuation) {
   EXPECT_EQ(context_and_continuation("Q", "y"), std::make_pair(std::string("Q"), std::string("y")));
 }
 
+// A file of its own: ctest runs each test in its own process, two at a time, so the name holds
+// the process id (std::rand() started from the same seed in every process, and two tests in
+// parallel wrote the same file).
 std::string write_temp(const std::string& text) {
-  const std::string path = testing::TempDir() + "/eval_tasks_" + std::to_string(std::rand()) + ".jsonl";
+  static int counter = 0;
+  const std::string path = testing::TempDir() + "/eval_tasks_" + std::to_string(::getpid()) + "_" +
+                           std::to_string(counter++) + ".jsonl";
   std::ofstream(path) << text;
   return path;
 }

@@ -8,7 +8,8 @@
 // scale for the k-quants), and the 8 outputs' sums reduced together by `hadd` into one vector
 // whose lanes are the outputs, so the f32 chain of every output runs in its own lane. With more
 // rows than one tile, Q4_0, Q4_K, Q5_K and Q6_K groups are first interleaved by output in cache (see
-// "Many rows" below), which needs no reduction at all.
+// "Many rows" below), which needs no reduction at all; where the CPU has VNNI, every format, Q8_0
+// too, takes that route with vpdpbusd (see "VNNI"; zmm on v4).
 #include "kernels/cpu/linear_int8.h"
 
 #include <omp.h>
