@@ -1073,10 +1073,19 @@ void outputs(const ActRows& a, int64_t i0, int64_t i1, const uint8_t* w, int64_t
   // Rewriting a group pays off past 1 tile of rows with VNNI and for Q4_0; without VNNI past 2
   // for Q4_K and Q5_K (whose scales take longer to rewrite: at 8 rows ~4% slower interleaved, at
   // 16 ~10% faster) and 8 for Q6_K (longer still: no faster at 16 rows, +20% at prefill's 64).
-  // Q8_0 only with VNNI (gemm_bench's quantized table measures these).
-  const int64_t from = a.vnni || T == DType::kQ4_0 ? kTileRows : T == DType::kQ6_K ? 8 * kTileRows : 2 * kTileRows;
+  // Q8_0 only with VNNI. v3's VNNI k-quant tiles (two chains of 4 rows in 16 ymm registers)
+  // spill: there Q4_K and Q5_K take them only as the plain route would (at 8 rows VNNI was 0.9x)
+  // and Q6_K not at all (0.6x at 512 rows). gemm_bench's quantized table measures these.
+#if defined(ASTRAI_ISA_V4)
+  const bool vnni = a.vnni;
+  const int64_t vnni_from = kTileRows;
+#else
+  const bool vnni = a.vnni && T != DType::kQ6_K;
+  const int64_t vnni_from = is_k_quant(T) ? 2 * kTileRows : kTileRows;
+#endif
+  const int64_t from = vnni ? vnni_from : T == DType::kQ4_0 ? kTileRows : T == DType::kQ6_K ? 8 * kTileRows : 2 * kTileRows;
   if (i1 - i0 > from) {
-    if (a.vnni) return outputs_steps<T, true>(a, i0, i1, w, nb, bias, y, ldy, pf);
+    if (vnni) return outputs_steps<T, true>(a, i0, i1, w, nb, bias, y, ldy, pf);
     if constexpr (T != DType::kQ8_0) return outputs_steps<T, false>(a, i0, i1, w, nb, bias, y, ldy, pf);
   }
   const int64_t rb = nb * block_bytes(T);
