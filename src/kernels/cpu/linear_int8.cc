@@ -858,37 +858,6 @@ void tile_q4_k_steps(const ActRows& a, int64_t i0, const uint8_t* steps, const f
   for (int r = 0; r < R; ++r) store_outputs(acc[r], bias, y + (i0 + r) * ldy);
 }
 
-// Q6_K steps (interleave_q6_k): R rows from i0 times the group.
-template <int R>
-void tile_q6_k_steps(const ActRows& a, int64_t i0, const uint8_t* steps, const float* scales, int64_t nb,
-                     const float* bias, float* y, int64_t ldy) {
-  __m256 acc[R];
-  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
-  for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* blk = steps + b * kQ6KSteps;
-    __m256i sa[R];
-    for (int r = 0; r < R; ++r) sa[r] = _mm256_setzero_si256();
-    for (int g = 0; g < 16; ++g) {
-      const __m256i sc = pair_scale(blk + 64 * kStepBytes + 32 * g);
-      __m256i s0[R], s1[R];  // even and odd steps, as in tile_q4_k_steps
-      for (int r = 0; r < R; ++r) s0[r] = s1[r] = _mm256_setzero_si256();
-#pragma GCC unroll 2
-      for (int q = 4 * g; q < 4 * g + 4; q += 2) {
-        const __m256i w0 = load256(blk + q * kStepBytes), w1 = load256(blk + (q + 1) * kStepBytes);
-        for (int r = 0; r < R; ++r) {
-          const int8_t* x = a.q + (i0 + r) * a.k + b * kQKBlock + 4 * q;
-          s0[r] = dpbusd(s0[r], w0, broadcast4(x));
-          s1[r] = dpbusd(s1[r], w1, broadcast4(x + 4));
-        }
-      }
-      for (int r = 0; r < R; ++r)
-        sa[r] = _mm256_add_epi32(sa[r], _mm256_mullo_epi32(_mm256_add_epi32(s0[r], s1[r]), sc));
-    }
-    finish_q6_k_block<R>(a, i0, blk, scales, b, sa, acc);
-  }
-  for (int r = 0; r < R; ++r) store_outputs(acc[r], bias, y + (i0 + r) * ldy);
-}
-
 #if defined(ASTRAI_ISA_V4)
 // ---- v4: zmm vpdpbusd over pairs of steps (store_steps<true>) ----
 // Each zmm holds two steps of the 8 outputs (output n in dwords 2n, 2n + 1) against 8
@@ -1048,9 +1017,9 @@ void outputs_steps(const ActRows& a, int64_t i0, int64_t i1, const uint8_t* w, i
     else if constexpr (kPairs && k6) return vnni::tile_q6_k_pairs<kR>(a, i, st, sc, nb, bias, y, ldy);
     else if constexpr (kPairs) return vnni::tile_q32_pairs<T, kR>(a, i, st, sc, nb, bias, y, ldy);
 #endif
+    static_assert(kPairs || !(Vnni && k6), "v3 has no VNNI Q6_K tiles (see outputs)");
     if constexpr (Vnni && k4) vnni::tile_q4_k_steps<T, kR>(a, i, st, sc, nb, bias, y, ldy);
-    else if constexpr (Vnni && k6) vnni::tile_q6_k_steps<kR>(a, i, st, sc, nb, bias, y, ldy);
-    else if constexpr (Vnni) vnni::tile_q32_steps<T, kR>(a, i, st, sc, nb, bias, y, ldy);
+    else if constexpr (Vnni && !k6) vnni::tile_q32_steps<T, kR>(a, i, st, sc, nb, bias, y, ldy);
     else if constexpr (k4) tile_q4_k_steps<T, kR>(a, i, st, sc, nb, bias, y, ldy);
     else if constexpr (k6) tile_q6_k_steps<kR>(a, i, st, sc, nb, bias, y, ldy);
     else tile_q4_0_steps<kR>(a, i, st, sc, nb, bias, y, ldy);
@@ -1077,15 +1046,17 @@ void outputs(const ActRows& a, int64_t i0, int64_t i1, const uint8_t* w, int64_t
   // spill: there Q4_K and Q5_K take them only as the plain route would (at 8 rows VNNI was 0.9x)
   // and Q6_K not at all (0.6x at 512 rows). gemm_bench's quantized table measures these.
 #if defined(ASTRAI_ISA_V4)
-  const bool vnni = a.vnni;
+  constexpr bool kVnniTiles = true;
   const int64_t vnni_from = kTileRows;
 #else
-  const bool vnni = a.vnni && T != DType::kQ6_K;
+  constexpr bool kVnniTiles = T != DType::kQ6_K;
   const int64_t vnni_from = is_k_quant(T) ? 2 * kTileRows : kTileRows;
 #endif
+  const bool vnni = kVnniTiles && a.vnni;
   const int64_t from = vnni ? vnni_from : T == DType::kQ4_0 ? kTileRows : T == DType::kQ6_K ? 8 * kTileRows : 2 * kTileRows;
   if (i1 - i0 > from) {
-    if (vnni) return outputs_steps<T, true>(a, i0, i1, w, nb, bias, y, ldy, pf);
+    if constexpr (kVnniTiles)
+      if (vnni) return outputs_steps<T, true>(a, i0, i1, w, nb, bias, y, ldy, pf);
     if constexpr (T != DType::kQ8_0) return outputs_steps<T, false>(a, i0, i1, w, nb, bias, y, ldy, pf);
   }
   const int64_t rb = nb * block_bytes(T);
