@@ -326,8 +326,22 @@ def test_activations_option(q):
         r = of.run(["--activations", "int8", "info"], expect_ok=False)
         check(r.returncode != 0 and "int8" in r.stderr, "a bad --activations is a clear error: %s"
               % r.stderr.strip()[-120:])
+        # VNNI: what info reports per level, off with ASTRAI_CPU_VNNI=0, a bad value an error.
+        os.environ["ASTRAI_ACTIVATIONS"] = "q8"
+        for level in levels():
+            got = json.loads(of.run(["--cpu-isa", level, "info", "--json"]).stdout)["cpu"]["vnni"]
+            want = {"v3": "avx_vnni", "v4": "avx512_vnni"}.get(level, "") if level in VNNI_LEVELS else ""
+            check(got == want, "info names the VNNI in use at %s: %r (want %r)" % (level, got, want))
+        os.environ["ASTRAI_CPU_VNNI"] = "0"
+        got = json.loads(of.run(["info", "--json"]).stdout)["cpu"]["vnni"]
+        check(got == "", "ASTRAI_CPU_VNNI=0: info reports no VNNI (%r)" % got)
+        os.environ["ASTRAI_CPU_VNNI"] = "yes"
+        r = of.run(["score", "--model", q, "--ids", "1,2,3"], expect_ok=False)
+        check(r.returncode != 0 and "ASTRAI_CPU_VNNI" in r.stderr, "a bad ASTRAI_CPU_VNNI is a clear error: %s"
+              % r.stderr.strip()[-120:])
     finally:
         os.environ["ASTRAI_ACTIVATIONS"] = saved
+        os.environ.pop("ASTRAI_CPU_VNNI", None)
 
 
 def test_errors(src, q, tmp):
