@@ -783,16 +783,42 @@ ASTRAI_PRAGMA(GCC push_options)
 ASTRAI_VNNI_TARGET
 namespace vnni {
 
-inline __m256i dpbusd(__m256i acc, __m256i u8, __m256i s8) {
+// One vpdpbusd "op" covers kOpSteps steps of the group's 8 outputs: on v3 one step (ymm, output
+// n in dword n, 4 activation bytes broadcast), on v4 two (zmm over the pairs of store_steps<true>,
+// output n in dwords 2n and 2n + 1, 8 activation bytes broadcast to every qword; twice the
+// products per instruction). output_sums folds a vector of per-lane sums into the 8 outputs' int32.
+// kKChains: accumulator chains per row in the k-quant tiles (v3's 4-row tiles need two to hide
+// the instruction's latency; v4's 8 rows give enough independent chains).
 #if defined(ASTRAI_ISA_V4)
-  return _mm256_dpbusd_epi32(acc, u8, s8);
-#else
-  return _mm256_dpbusd_avx_epi32(acc, u8, s8);
-#endif
+using IVec = __m512i;
+constexpr int kOpSteps = 2, kKChains = 1;
+inline IVec izero() { return _mm512_setzero_si512(); }
+inline IVec load_op(const uint8_t* p) { return _mm512_loadu_si512(p); }
+inline IVec x_op(const void* p) {
+  int64_t v;
+  std::memcpy(&v, p, 8);
+  return _mm512_set1_epi64(v);
 }
-
-// A scale vector of (s, s) int16 pairs as int32 s.
-inline __m256i pair_scale(const uint8_t* p) { return _mm256_srai_epi32(load256(p), 16); }
+inline IVec dpbusd(IVec acc, IVec u8, IVec s8) { return _mm512_dpbusd_epi32(acc, u8, s8); }
+inline IVec iadd(IVec x, IVec y) { return _mm512_add_epi32(x, y); }
+inline IVec imul(IVec x, IVec y) { return _mm512_mullo_epi32(x, y); }
+inline __m256i output_sums(IVec v) { return _mm512_cvtepi64_epi32(_mm512_add_epi32(v, _mm512_srli_epi64(v, 32))); }
+// A scale vector of (s, s) int16 pairs per output as int32 s in the output's lanes.
+inline IVec op_scales(const uint8_t* p) { return _mm512_cvtepi16_epi32(load256(p)); }
+#else
+using IVec = __m256i;
+constexpr int kOpSteps = 1, kKChains = 2;
+inline IVec izero() { return _mm256_setzero_si256(); }
+inline IVec load_op(const uint8_t* p) { return load256(p); }
+inline IVec x_op(const void* p) { return broadcast4(p); }
+inline IVec dpbusd(IVec acc, IVec u8, IVec s8) { return _mm256_dpbusd_avx_epi32(acc, u8, s8); }
+inline IVec iadd(IVec x, IVec y) { return _mm256_add_epi32(x, y); }
+inline IVec imul(IVec x, IVec y) { return _mm256_mullo_epi32(x, y); }
+inline __m256i output_sums(IVec v) { return v; }
+inline IVec op_scales(const uint8_t* p) { return _mm256_srai_epi32(load256(p), 16); }
+#endif
+constexpr int64_t kOpBytes = kOpSteps * kStepBytes;  // weight bytes per op
+constexpr int64_t kOpX = 4 * kOpSteps;               // activation bytes per op
 
 // Q8_0 or Q4_0 steps (interleave_q8_0, interleave_q4_0): R rows from i0 times the group.
 template <DType T, int R>
@@ -804,15 +830,15 @@ void tile_q32_steps(const ActRows& a, int64_t i0, const uint8_t* steps, const fl
   for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* blk = steps + b * kBlockBytes;
-    __m256i s[R];
-    for (int r = 0; r < R; ++r) s[r] = _mm256_setzero_si256();
+    IVec s[R];
+    for (int r = 0; r < R; ++r) s[r] = izero();
 #pragma GCC unroll 8
-    for (int q = 0; q < kBlockSteps; ++q) {
-      const __m256i wv = load256(blk + q * kStepBytes);
+    for (int o = 0; o < kBlockSteps / kOpSteps; ++o) {
+      const IVec wv = load_op(blk + o * kOpBytes);
       for (int r = 0; r < R; ++r) {
-        const int64_t at = (i0 + r) * a.k + b * kQBlock + 4 * q;
-        if constexpr (T == DType::kQ8_0) s[r] = dpbusd(s[r], broadcast4(a.qu + at), wv);
-        else s[r] = dpbusd(s[r], wv, broadcast4(a.q + at));
+        const int64_t at = (i0 + r) * a.k + b * kQBlock + kOpX * o;
+        if constexpr (T == DType::kQ8_0) s[r] = dpbusd(s[r], x_op(a.qu + at), wv);
+        else s[r] = dpbusd(s[r], wv, x_op(a.q + at));
       }
     }
     const __m256 dw = _mm256_loadu_ps(scales + b * 8);
@@ -820,10 +846,32 @@ void tile_q32_steps(const ActRows& a, int64_t i0, const uint8_t* steps, const fl
       const __m256i c = T == DType::kQ8_0 ? load256(blk + kBlockSteps * kStepBytes)  // 128 * sum q_w
                                           : _mm256_set1_epi32(8 * a.s32[(i0 + r) * nbx + b]);  // nibble - 8
       const __m256 scale = _mm256_mul_ps(dw, _mm256_set1_ps(a.d[(i0 + r) * nbx + b]));
-      acc[r] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(_mm256_sub_epi32(s[r], c)), acc[r]);
+      acc[r] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(_mm256_sub_epi32(output_sums(s[r]), c)), acc[r]);
     }
   }
   for (int r = 0; r < R; ++r) store_outputs(acc[r], bias, y + (i0 + r) * ldy);
+}
+
+// sa[r] += scale * (row r's products with the kSteps steps at st, x at row offset x_off), the
+// products summed in kKChains chains per row: one sub-block (Q4_K, Q5_K) or group (Q6_K).
+template <int R, int kSteps>
+inline void add_scaled_sums(const ActRows& a, int64_t i0, int64_t x_off, const uint8_t* st, IVec scale, IVec* sa) {
+  IVec s[kKChains][R];
+  for (int c = 0; c < kKChains; ++c)
+    for (int r = 0; r < R; ++r) s[c][r] = izero();
+#pragma GCC unroll 8
+  for (int o = 0; o < kSteps / kOpSteps; o += kKChains) {
+#pragma GCC unroll 2
+    for (int c = 0; c < kKChains; ++c) {
+      const IVec wv = load_op(st + (o + c) * kOpBytes);
+      for (int r = 0; r < R; ++r) s[c][r] = dpbusd(s[c][r], wv, x_op(a.q + (i0 + r) * a.k + x_off + kOpX * (o + c)));
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    IVec sum = s[0][r];
+    for (int c = 1; c < kKChains; ++c) sum = iadd(sum, s[c][r]);
+    sa[r] = iadd(sa[r], imul(sum, scale));
+  }
 }
 
 // Q4_K / Q5_K steps (interleave_q4_k): R rows from i0 times the group.
@@ -834,138 +882,37 @@ void tile_q4_k_steps(const ActRows& a, int64_t i0, const uint8_t* steps, const f
   for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* blk = steps + b * kQ4KSteps;
-    __m256i sa[R];
-    for (int r = 0; r < R; ++r) sa[r] = _mm256_setzero_si256();
-    for (int j = 0; j < 8; ++j) {
-      const __m256i sc = pair_scale(blk + 8 * kBlockSteps * kStepBytes + 32 * j);
-      __m256i s0[R], s1[R];  // even and odd steps: two chains of vpdpbusd per row, for its latency
-      for (int r = 0; r < R; ++r) s0[r] = s1[r] = _mm256_setzero_si256();
-#pragma GCC unroll 4
-      for (int q = 0; q < kBlockSteps; q += 2) {
-        const uint8_t* st = blk + (j * kBlockSteps + q) * kStepBytes;
-        const __m256i w0 = load256(st), w1 = load256(st + kStepBytes);
-        for (int r = 0; r < R; ++r) {
-          const int8_t* x = a.q + (i0 + r) * a.k + b * kQKBlock + 32 * j + 4 * q;
-          s0[r] = dpbusd(s0[r], w0, broadcast4(x));
-          s1[r] = dpbusd(s1[r], w1, broadcast4(x + 4));
-        }
-      }
-      for (int r = 0; r < R; ++r)
-        sa[r] = _mm256_add_epi32(sa[r], _mm256_mullo_epi32(_mm256_add_epi32(s0[r], s1[r]), sc));
-    }
-    finish_q4_k_block<R>(a, i0, blk, scales, b, sa, acc);
-  }
-  for (int r = 0; r < R; ++r) store_outputs(acc[r], bias, y + (i0 + r) * ldy);
-}
-
-#if defined(ASTRAI_ISA_V4)
-// ---- v4: zmm vpdpbusd over pairs of steps (store_steps<true>) ----
-// Each zmm holds two steps of the 8 outputs (output n in dwords 2n, 2n + 1) against 8
-// activation bytes broadcast to every qword: twice the products per instruction of the ymm
-// tiles above. pair_sums adds each output's two lanes at the end of a block.
-
-inline __m512i load512(const void* p) { return _mm512_loadu_si512(p); }
-// The 8 bytes at p in every qword.
-inline __m512i broadcast8(const void* p) {
-  int64_t v;
-  std::memcpy(&v, p, 8);
-  return _mm512_set1_epi64(v);
-}
-inline __m512i dpbusd(__m512i acc, __m512i u8, __m512i s8) { return _mm512_dpbusd_epi32(acc, u8, s8); }
-inline __m256i pair_sums(__m512i v) { return _mm512_cvtepi64_epi32(_mm512_add_epi32(v, _mm512_srli_epi64(v, 32))); }
-// A scale vector of (s, s) int16 pairs per output as int32 s in both of the output's lanes.
-inline __m512i pair_scales(const uint8_t* p) { return _mm512_cvtepi16_epi32(load256(p)); }
-
-// Q8_0 or Q4_0 pairs of steps: R rows from i0 times the group.
-template <DType T, int R>
-void tile_q32_pairs(const ActRows& a, int64_t i0, const uint8_t* steps, const float* scales, int64_t nb,
-                    const float* bias, float* y, int64_t ldy) {
-  constexpr int64_t kBlockBytes = T == DType::kQ8_0 ? kQ8StepBlock : kBlockSteps * kStepBytes;
-  const int64_t nbx = a.k / kQBlock;
-  __m256 acc[R];
-  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
-  for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* blk = steps + b * kBlockBytes;
-    __m512i s[R];
-    for (int r = 0; r < R; ++r) s[r] = _mm512_setzero_si512();
-#pragma GCC unroll 4
-    for (int p = 0; p < kBlockSteps / 2; ++p) {
-      const __m512i wv = load512(blk + 2 * p * kStepBytes);
-      for (int r = 0; r < R; ++r) {
-        const int64_t at = (i0 + r) * a.k + b * kQBlock + 8 * p;
-        if constexpr (T == DType::kQ8_0) s[r] = dpbusd(s[r], broadcast8(a.qu + at), wv);
-        else s[r] = dpbusd(s[r], wv, broadcast8(a.q + at));
-      }
-    }
-    const __m256 dw = _mm256_loadu_ps(scales + b * 8);
-    for (int r = 0; r < R; ++r) {
-      const __m256i c = T == DType::kQ8_0 ? load256(blk + kBlockSteps * kStepBytes)
-                                          : _mm256_set1_epi32(8 * a.s32[(i0 + r) * nbx + b]);
-      const __m256 scale = _mm256_mul_ps(dw, _mm256_set1_ps(a.d[(i0 + r) * nbx + b]));
-      acc[r] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(_mm256_sub_epi32(pair_sums(s[r]), c)), acc[r]);
-    }
-  }
-  for (int r = 0; r < R; ++r) store_outputs(acc[r], bias, y + (i0 + r) * ldy);
-}
-
-// Q4_K / Q5_K pairs of steps: R rows from i0 times the group.
-template <DType T, int R>
-void tile_q4_k_pairs(const ActRows& a, int64_t i0, const uint8_t* steps, const float* scales, int64_t nb,
-                     const float* bias, float* y, int64_t ldy) {
-  __m256 acc[R];
-  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
-  for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* blk = steps + b * kQ4KSteps;
-    __m512i sa[R];
-    for (int r = 0; r < R; ++r) sa[r] = _mm512_setzero_si512();
-    for (int j = 0; j < 8; ++j) {
-      const __m512i sc = pair_scales(blk + 8 * kBlockSteps * kStepBytes + 32 * j);
-      __m512i s[R];
-      for (int r = 0; r < R; ++r) s[r] = _mm512_setzero_si512();
-#pragma GCC unroll 4
-      for (int p = 0; p < kBlockSteps / 2; ++p) {
-        const __m512i wv = load512(blk + (j * kBlockSteps + 2 * p) * kStepBytes);
-        for (int r = 0; r < R; ++r)
-          s[r] = dpbusd(s[r], wv, broadcast8(a.q + (i0 + r) * a.k + b * kQKBlock + 32 * j + 8 * p));
-      }
-      for (int r = 0; r < R; ++r) sa[r] = _mm512_add_epi32(sa[r], _mm512_mullo_epi32(s[r], sc));
-    }
+    IVec sa[R];
+    for (int r = 0; r < R; ++r) sa[r] = izero();
+    for (int j = 0; j < 8; ++j)
+      add_scaled_sums<R, kBlockSteps>(a, i0, b * kQKBlock + 32 * j, blk + j * kBlockSteps * kStepBytes,
+                                      op_scales(blk + 8 * kBlockSteps * kStepBytes + 32 * j), sa);
     __m256i sums[R];
-    for (int r = 0; r < R; ++r) sums[r] = pair_sums(sa[r]);
+    for (int r = 0; r < R; ++r) sums[r] = output_sums(sa[r]);
     finish_q4_k_block<R>(a, i0, blk, scales, b, sums, acc);
   }
   for (int r = 0; r < R; ++r) store_outputs(acc[r], bias, y + (i0 + r) * ldy);
 }
 
-// Q6_K pairs of steps: R rows from i0 times the group.
+// Q6_K steps (interleave_q6_k): R rows from i0 times the group (v4 only: see outputs).
 template <int R>
-void tile_q6_k_pairs(const ActRows& a, int64_t i0, const uint8_t* steps, const float* scales, int64_t nb,
+void tile_q6_k_steps(const ActRows& a, int64_t i0, const uint8_t* steps, const float* scales, int64_t nb,
                      const float* bias, float* y, int64_t ldy) {
   __m256 acc[R];
   for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* blk = steps + b * kQ6KSteps;
-    __m512i sa[R];
-    for (int r = 0; r < R; ++r) sa[r] = _mm512_setzero_si512();
-    for (int g = 0; g < 16; ++g) {
-      const __m512i sc = pair_scales(blk + 64 * kStepBytes + 32 * g);
-      __m512i s[R];
-      for (int r = 0; r < R; ++r) s[r] = _mm512_setzero_si512();
-#pragma GCC unroll 2
-      for (int p = 0; p < 2; ++p) {
-        const __m512i wv = load512(blk + (4 * g + 2 * p) * kStepBytes);
-        for (int r = 0; r < R; ++r)
-          s[r] = dpbusd(s[r], wv, broadcast8(a.q + (i0 + r) * a.k + b * kQKBlock + 16 * g + 8 * p));
-      }
-      for (int r = 0; r < R; ++r) sa[r] = _mm512_add_epi32(sa[r], _mm512_mullo_epi32(s[r], sc));
-    }
+    IVec sa[R];
+    for (int r = 0; r < R; ++r) sa[r] = izero();
+    for (int g = 0; g < 16; ++g)
+      add_scaled_sums<R, 4>(a, i0, b * kQKBlock + 16 * g, blk + 4 * g * kStepBytes,
+                            op_scales(blk + 64 * kStepBytes + 32 * g), sa);
     __m256i sums[R];
-    for (int r = 0; r < R; ++r) sums[r] = pair_sums(sa[r]);
+    for (int r = 0; r < R; ++r) sums[r] = output_sums(sa[r]);
     finish_q6_k_block<R>(a, i0, blk, scales, b, sums, acc);
   }
   for (int r = 0; r < R; ++r) store_outputs(acc[r], bias, y + (i0 + r) * ldy);
 }
-#endif
 
 }  // namespace vnni
 ASTRAI_PRAGMA(GCC pop_options)
@@ -1012,14 +959,9 @@ void outputs_steps(const ActRows& a, int64_t i0, int64_t i1, const uint8_t* w, i
     constexpr int kR = decltype(rows)::value;
     const uint8_t* st = steps.data();
     const float* sc = scales.data();
-#if defined(ASTRAI_ISA_V4)
-    if constexpr (kPairs && k4) return vnni::tile_q4_k_pairs<T, kR>(a, i, st, sc, nb, bias, y, ldy);
-    else if constexpr (kPairs && k6) return vnni::tile_q6_k_pairs<kR>(a, i, st, sc, nb, bias, y, ldy);
-    else if constexpr (kPairs) return vnni::tile_q32_pairs<T, kR>(a, i, st, sc, nb, bias, y, ldy);
-#endif
-    static_assert(kPairs || !(Vnni && k6), "v3 has no VNNI Q6_K tiles (see outputs)");
     if constexpr (Vnni && k4) vnni::tile_q4_k_steps<T, kR>(a, i, st, sc, nb, bias, y, ldy);
-    else if constexpr (Vnni && !k6) vnni::tile_q32_steps<T, kR>(a, i, st, sc, nb, bias, y, ldy);
+    else if constexpr (Vnni && k6) vnni::tile_q6_k_steps<kR>(a, i, st, sc, nb, bias, y, ldy);
+    else if constexpr (Vnni) vnni::tile_q32_steps<T, kR>(a, i, st, sc, nb, bias, y, ldy);
     else if constexpr (k4) tile_q4_k_steps<T, kR>(a, i, st, sc, nb, bias, y, ldy);
     else if constexpr (k6) tile_q6_k_steps<kR>(a, i, st, sc, nb, bias, y, ldy);
     else tile_q4_0_steps<kR>(a, i, st, sc, nb, bias, y, ldy);
