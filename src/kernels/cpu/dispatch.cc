@@ -132,6 +132,19 @@ Activations parse_activations(const char* name) {
 const char* activations_name(Activations a) { return a == Activations::kQ8 ? "q8" : "f32"; }
 
 namespace {
+// slot's value, settled by read() on first use (-1: not yet); of two racing first uses, the
+// value stored first wins.
+template <typename Read>
+int settled(std::atomic<int>& slot, Read read) {
+  int v = slot.load(std::memory_order_relaxed);
+  if (v < 0) {
+    v = read();
+    int expected = -1;
+    if (!slot.compare_exchange_strong(expected, v)) v = expected;
+  }
+  return v;
+}
+
 Activations initial_activations() {
   const char* env = std::getenv("ASTRAI_ACTIVATIONS");
   if (!env || !*env) return kDefaultActivations;
@@ -146,13 +159,7 @@ std::atomic<int> g_activations{-1};
 
 void set_activations(Activations a) { g_activations.store(static_cast<int>(a), std::memory_order_relaxed); }
 Activations activations() {
-  int v = g_activations.load(std::memory_order_relaxed);
-  if (v < 0) {
-    v = static_cast<int>(initial_activations());
-    int expected = -1;
-    if (!g_activations.compare_exchange_strong(expected, v)) v = expected;
-  }
-  return static_cast<Activations>(v);
+  return static_cast<Activations>(settled(g_activations, [] { return static_cast<int>(initial_activations()); }));
 }
 
 namespace {
@@ -161,23 +168,16 @@ std::atomic<int> g_vnni{-1};
 
 void set_vnni(bool on) { g_vnni.store(on ? 1 : 0, std::memory_order_relaxed); }
 bool vnni_allowed() {
-  int v = g_vnni.load(std::memory_order_relaxed);
-  if (v < 0) {
-    const char* env = std::getenv("ASTRAI_CPU_VNNI");
-    const std::string s = env ? env : "";
-    if (!s.empty() && s != "0" && s != "1") fail("ASTRAI_CPU_VNNI: '", s, "' is not 0 or 1");
-    v = s == "0" ? 0 : 1;
-    int expected = -1;
-    if (!g_vnni.compare_exchange_strong(expected, v)) v = expected;
-  }
-  return v == 1;
+  return settled(g_vnni, [] {
+           const char* env = std::getenv("ASTRAI_CPU_VNNI");
+           const std::string s = env ? env : "";
+           if (!s.empty() && s != "0" && s != "1") fail("ASTRAI_CPU_VNNI: '", s, "' is not 0 or 1");
+           return s == "0" ? 0 : 1;
+         }) == 1;
 }
 const char* vnni_in_use() {
-  if (!vnni_allowed()) return "";
-  const Isa isa = active_isa();
-  if (isa == Isa::kV4 && cpu_has("avx512_vnni")) return "avx512_vnni";
-  if (isa == Isa::kV3 && cpu_has("avx_vnni")) return "avx_vnni";
-  return "";
+  const char* feature = vnni_feature(active_isa());
+  return vnni_allowed() && feature && cpu_has(feature) ? feature : "";
 }
 
 // The public entry points.

@@ -196,6 +196,8 @@ bool cpu_has(std::string_view feature) {
   return false;
 }
 
+const char* vnni_feature(Isa isa) { return isa == Isa::kV4 ? "avx512_vnni" : isa == Isa::kV3 ? "avx_vnni" : nullptr; }
+
 Isa best_isa() { return cpu_info().supported.back(); }
 
 }  // namespace astrai::kernels

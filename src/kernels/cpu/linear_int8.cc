@@ -765,12 +765,14 @@ void interleave_q8_0(const uint8_t* w, int64_t rb, int64_t nb, uint8_t* steps, f
 // vnni; scripts/check-isa.py checks that no other function holds VNNI instructions) and run
 // only where the CPU has it (use_vnni).
 
-bool use_vnni() {
 #if defined(ASTRAI_ISA_V4)
-  static const bool has = cpu_has("avx512_vnni");
+constexpr Isa kLevel = Isa::kV4;
 #else
-  static const bool has = cpu_has("avx_vnni");
+constexpr Isa kLevel = Isa::kV3;
 #endif
+
+bool use_vnni() {
+  static const bool has = cpu_has(vnni_feature(kLevel));
   return has && vnni_allowed();
 }
 
