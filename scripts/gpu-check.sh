@@ -1,27 +1,32 @@
 #!/usr/bin/env bash
-# The CUDA backend's proof on a machine with an NVIDIA GPU: every operation of backend::Ops on
-# the GPU against the CPU backend, several shapes each (tests/backend/cuda_ops_test.cc), and the
-# whole forward of three model families on the GPU against the CPU, without a cache and through
-# device pages with greedy decode steps (tests/model/cuda_forward_test.cc), at the tolerances
-# written there; prints the GPU and the results.
+# The CUDA backend's proof on a machine with an NVIDIA GPU:
+#   1. every operation of backend::Ops on the GPU against the CPU backend, several shapes each
+#      (tests/backend/cuda_ops_test.cc);
+#   2. the whole forward of three model families on the GPU against the CPU, without a cache
+#      and through device pages with greedy decode steps, and decode steps replayed as CUDA
+#      graphs against the same steps run op by op (tests/model/cuda_forward_test.cc);
+#   3. `astrai generate --device cuda` against `--device cpu` on a trained f32 model: greedy
+#      tokens equal, log-probabilities close (scripts/gpu-generate-check.py);
+#   4. the decode benchmark (bench/cuda/decode_bench.cc): tokens/s at batch 1, 8 and 32, op by
+#      op and as graphs, and the share of the device's copy rate batch-1 decode reads weights at.
+# Tolerances are written in each test. Prints the GPU and the results.
 #
 #   scripts/gpu-check.sh                 build (release, CUDA on) and run here
-#   scripts/gpu-check.sh --pack DIR      build here and copy the test binary and the shared
-#                                        libraries it needs (not the CUDA driver's) into DIR,
-#                                        for a GPU machine without the project's build deps
+#   scripts/gpu-check.sh --pack DIR      build here and copy the test binaries, `astrai` with its
+#                                        CUDA module, and the shared libraries they need (not the
+#                                        CUDA driver's or cuBLAS) into DIR, for a GPU machine
+#                                        without the project's build deps
 #   ASTRAI_GPU_PREBUILT=DIR scripts/gpu-check.sh
-#                                        run the packed binary from DIR
-#
-# Then the decode benchmark (bench/cuda/decode_bench.cc): tokens/s at batch 1, 8 and 32 and the
-# share of the device's copy rate batch-1 decode reads weights at.
-# Not yet part of it (docs/architecture.md): the commands on the GPU (--device), training on the
-# GPU.
+#                                        run the packed binaries from DIR
+# The model for step 3: $ASTRAI_GPU_MODEL, else runs/demo/model (trained by scripts/demo.sh
+# with 400 updates when missing and the script builds; skipped with a message when prebuilt).
+# Not yet part of it (docs/status.md): training on the GPU.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 build() {
   cmake --preset release -DASTRAI_CUDA=ON >/dev/null
-  cmake --build --preset release -j "$(nproc)" --target backend_tests model_tests cuda_decode_bench
+  cmake --build --preset release -j "$(nproc)" --target backend_tests model_tests cuda_decode_bench astrai
 }
 
 if [ "${1:-}" = --pack ]; then
@@ -29,10 +34,11 @@ if [ "${1:-}" = --pack ]; then
   build
   mkdir -p "$dir"
   cp build/release/tests/backend/backend_tests build/release/tests/model/model_tests \
-    build/release/bench/cuda_decode_bench "$dir/"
+    build/release/bench/cuda_decode_bench build/release/src/astrai build/release/src/libastrai_cuda.so \
+    scripts/gpu-generate-check.py "$dir/"
   # Everything ldd resolves except the C library, the loader and CUDA's own libraries.
-  ldd "$dir/backend_tests" "$dir/model_tests" | awk '/=> \// {print $3}' | sort -u |
-    grep -v -E '/(libc|libm|libdl|librt|libpthread|ld-linux[^/]*)\.so|libcuda\.so|libcublas' |
+  ldd "$dir/backend_tests" "$dir/model_tests" "$dir/astrai" "$dir/libastrai_cuda.so" | awk '/=> \// {print $3}' | sort -u |
+    grep -v -E '/(libc|libm|libdl|librt|libpthread|libresolv|libutil|libanl|libnsl|ld-linux[^/]*)\.so|libcuda\.so|libcublas' |
     while read -r lib; do cp -L "$lib" "$dir/"; done
   echo "packed into $dir: $(ls "$dir" | tr '\n' ' ')"
   exit 0
@@ -40,9 +46,9 @@ fi
 
 if [ -n "${ASTRAI_GPU_PREBUILT:-}" ]; then
   bin_dir=$ASTRAI_GPU_PREBUILT
-  # cuBLAS from the CUDA toolkit, or from the nvidia-cublas Python package.
-  cublas_dirs=$(find /usr/local/cuda*/lib64 /usr/local/lib/python3*/dist-packages/nvidia/cu*/lib \
-    /usr/lib/python3*/site-packages/nvidia/cu*/lib -maxdepth 1 -name 'libcublas.so*' -printf '%h:' 2>/dev/null || true)
+  # cuBLAS 13 from the CUDA toolkit, or from the nvidia-cublas Python package (system or venv).
+  cublas_dirs=$(find /usr/local/cuda*/lib* /usr/local/cuda*/targets/*/lib /usr/local/lib/python3* \
+    /usr/lib/python3* /opt -name 'libcublas.so.13' -printf '%h:' 2>/dev/null || true)
   export LD_LIBRARY_PATH="$ASTRAI_GPU_PREBUILT:${cublas_dirs}${LD_LIBRARY_PATH:-}"
 else
   build
@@ -69,7 +75,25 @@ run_tests() {  # BINARY FILTER
   fi
 }
 run_tests backend_tests 'CudaOps.*:BackendOps.*'
-run_tests model_tests '*CudaForward.*'
+run_tests model_tests '*CudaForward.*:CudaDecodeGraphs.*'
 [ $status = 0 ] && echo "gpu-check: every CUDA op and forward agrees with the CPU backend"
+
+model=${ASTRAI_GPU_MODEL:-runs/demo/model}
+if [ -n "${ASTRAI_GPU_PREBUILT:-}" ]; then
+  astrai_bin=$ASTRAI_GPU_PREBUILT/astrai
+  generate_check=$ASTRAI_GPU_PREBUILT/gpu-generate-check.py
+else
+  astrai_bin=build/release/src/astrai
+  generate_check=scripts/gpu-generate-check.py
+  if [ ! -f "$model/model.safetensors" ] && [ -z "${ASTRAI_GPU_MODEL:-}" ]; then
+    ASTRAI_SKIP_DEPS=1 ASTRAI_DEMO_NO_SERVE=1 ASTRAI_DEMO_STEPS=400 scripts/demo.sh
+  fi
+fi
+if [ -f "$model/model.safetensors" ]; then
+  python3 "$generate_check" --astrai "$astrai_bin" --model "$model" || status=1
+else
+  echo "gpu-check: no model at $model for the generation check (set ASTRAI_GPU_MODEL)" >&2
+  status=1
+fi
 "$(find_bin cuda_decode_bench)" || status=1
 exit $status

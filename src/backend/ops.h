@@ -5,11 +5,14 @@
 // Memory: every `float*` is an activation or gradient buffer in the backend's device memory;
 // Weight::data is a parameter in that memory too. Index arrays (token ids, row lists, sequence
 // ranges and their page tables) are host memory: a device backend copies them as it needs.
-// Every operation is deterministic and batch invariant: a row's result depends on that row's
-// own inputs only, so training's forward and inference's forward get the same bits.
+// Every operation is deterministic. On the CPU every one is also batch invariant: a row's
+// result depends on that row's own inputs only, so training's forward and inference's forward
+// get the same bits. The CUDA backend's attention splits a row's keys by the shape of the
+// batch (how many query rows share the launch), so there its bits can depend on that shape.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 
 #include "kernels/rope_pairing.h"
 #include "tensor/dtype.h"
@@ -74,6 +77,15 @@ class Ops {
   // Returns once every operation issued so far has finished (device work may be asynchronous;
   // to_host also waits for it).
   virtual void synchronize() const = 0;
+  // Runs `body`, a sequence of this backend's operations. A backend may record what the body
+  // issues for `key` and, on later calls with that key, redo only the host side of the body
+  // and replay the recording (the CUDA backend's graphs): the body must then issue the same
+  // operations on the same buffers with the same sizes; only the contents of index arrays
+  // (token ids, positions, page tables) may change. Without a recording it just runs.
+  virtual void run_cached(uint64_t key, const std::function<void()>& body) const {
+    (void)key;
+    body();
+  }
 
   // ---- forward ----
   // out[i, :] = table[ids[i], :] in f32.

@@ -36,7 +36,7 @@ inline CLI::Option* add_device_option(CLI::App* cmd, std::string* device) {
   return cmd
       ->add_option("--device", *device,
                    "Where the model runs: cpu, or cuda (the first NVIDIA GPU; needs a build with the CUDA backend, "
-                   "which has not yet been proven on a GPU)")
+                   "libastrai_cuda.so beside the binary)")
       ->capture_default_str()
       ->check(CLI::IsMember({"cpu", "cuda"}));
 }

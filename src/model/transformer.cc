@@ -150,6 +150,11 @@ Transformer::Transformer(ModelConfig config, ModelWeights weights, Device device
   });
   for (const auto& p : weights_.params(config_))
     if (p.tensor->is_mapped()) mapped_bytes_ += p.tensor->nbytes();
+  // Where the backend reads every parameter (a recorded decode step holds these addresses).
+  weights_key_ = 0xcbf29ce484222325ull;
+  for_each_param(config_, view_, [&](const ParamInfo&, const backend::Weight& w) {
+    weights_key_ = (weights_key_ ^ reinterpret_cast<uintptr_t>(w.data)) * 0x100000001b3ull;
+  });
 }
 
 Transformer Transformer::load(const std::string& dir, WeightPlacement placement, Device device,
@@ -227,22 +232,23 @@ void Transformer::validate_batch(const Batch& b, const PagedKv* kv) const {
 
 void Transformer::rope_tables(const Batch& b, ForwardWorkspace& ws) const {
   const int64_t half = config_.rope_dim() / 2;
-  const int64_t t = b.num_tokens();
-  float* cos = ws.cos_.grow(*ops_, static_cast<size_t>(t * half));
-  float* sin = ws.sin_.grow(*ops_, static_cast<size_t>(t * half));
+  float* cos = ws.cos_.data();
+  float* sin = ws.sin_.data();
   const bool f32 = hf_rope_precision(config_);
   const bool dynamic = config_.rope_scaling.type == RopeScalingType::kDynamic;
   const float scale = rope_attention_factor(config_);
-  if (!dynamic) rope_inv_freq_into(config_, 0, ws.inv_freq_);
+  if (!dynamic) {  // one set of frequencies: every row's tables at once
+    rope_inv_freq_into(config_, 0, ws.inv_freq_);
+    ops_->rope_tables(ws.inv_freq_.data(), half, b.positions.data(), b.num_tokens(), f32, scale, cos, sin);
+    return;
+  }
   for (const SeqSpan& sp : b.seqs) {
     if (sp.num_tokens == 0) continue;
     const int32_t* pos = b.positions.data() + sp.token_begin;
-    if (dynamic) {
-      // Hugging Face rescales by the longest position of the forward call; per sequence
-      // here, so a sequence's logits never depend on what else is batched.
-      const int32_t max_pos = *std::max_element(pos, pos + sp.num_tokens);
-      rope_inv_freq_into(config_, static_cast<int64_t>(max_pos) + 1, ws.inv_freq_);
-    }
+    // Hugging Face rescales by the longest position of the forward call; per sequence here,
+    // so a sequence's logits never depend on what else is batched.
+    const int32_t max_pos = *std::max_element(pos, pos + sp.num_tokens);
+    rope_inv_freq_into(config_, static_cast<int64_t>(max_pos) + 1, ws.inv_freq_);
     ops_->rope_tables(ws.inv_freq_.data(), half, pos, sp.num_tokens, f32, scale, cos + sp.token_begin * half,
                       sin + sp.token_begin * half);
   }
@@ -264,9 +270,12 @@ void Transformer::forward(const Batch& b, const PagedKv* kv, ForwardWorkspace& w
   for (const SeqSpan& sp : b.seqs)
     ws.seqs_.push_back(backend::SeqRange{sp.token_begin, sp.num_tokens, kv ? sp.context_len : 0,
                                          kv ? sp.page_table.data() : nullptr});
-  rope_tables(b, ws);
 
+  // Every buffer is in place before the operations start (a cached step allocates nothing).
   // Shared scratch for every layer; the residual stream x is updated in place (layer.h's aliases).
+  const int64_t half = c.rope_dim() / 2;
+  ws.cos_.grow(ops, static_cast<size_t>(t * half));
+  ws.sin_.grow(ops, static_cast<size_t>(t * half));
   LayerActs A;
   A.x_in = A.x_mid = A.x_out = ws.x_.grow(ops, static_cast<size_t>(t * h));
   A.xn1 = A.xn2 = ws.xn_.grow(ops, static_cast<size_t>(std::max(t, rows) * h));
@@ -282,36 +291,61 @@ void Transformer::forward(const Batch& b, const PagedKv* kv, ForwardWorkspace& w
   A.o_out = A.down_out = ws.out_rows_.grow(ops, static_cast<size_t>(t * h));
   A.a = A.h = ws.mlp_gate_.grow(ops, static_cast<size_t>(t * f));
   A.b = ws.mlp_up_.grow(ops, static_cast<size_t>(t * f));
+  const size_t n_logits = static_cast<size_t>(rows * c.vocab_size);
+  // The host's logits directly on the CPU; on a device, its own buffer, copied back after.
+  float* out = ops.device() == Device::kCpu ? logits : ws.logits_.grow(ops, n_logits);
 
-  ops.embedding(view_.embed_tokens, b.tokens.data(), t, A.x_in);
-  clock.mark(ForwardOp::kEmbed);
-  LayerInput in{t, ws.seqs_.data(), static_cast<int64_t>(ws.seqs_.size()), ws.cos_.data(), ws.sin_.data(), nullptr};
-  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+  auto body = [&] {
+    rope_tables(b, ws);
+    ops.embedding(view_.embed_tokens, b.tokens.data(), t, A.x_in);
+    clock.mark(ForwardOp::kEmbed);
+    LayerInput in{t, ws.seqs_.data(), static_cast<int64_t>(ws.seqs_.size()), ws.cos_.data(), ws.sin_.data(), nullptr};
     backend::KvPages pages;
-    if (kv != nullptr) {
-      pages = backend::KvPages{kv->k_pages[static_cast<size_t>(l)], kv->v_pages[static_cast<size_t>(l)], kv->page_size,
-                               kv->dtype};
-      in.kv = &pages;
+    for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+      if (kv != nullptr) {
+        pages = backend::KvPages{kv->k_pages[static_cast<size_t>(l)], kv->v_pages[static_cast<size_t>(l)],
+                                 kv->page_size, kv->dtype};
+        in.kv = &pages;
+      }
+      layer_forward(ops, c, view_.layers[static_cast<size_t>(l)], in, A, clock);
     }
-    layer_forward(ops, c, view_.layers[static_cast<size_t>(l)], in, A, clock);
-  }
-
-  // Only the rows whose logits are wanted go through the final norm and the LM head.
-  float* sel = A.xn1;
-  if (!b.logit_rows.empty()) {
-    ops.gather_rows(A.x_out, h, b.logit_rows.data(), rows, sel);
-    ops.rmsnorm(sel, rows, h, view_.norm.f32(), eps, sel, nullptr);
+    // Only the rows whose logits are wanted go through the final norm and the LM head.
+    float* sel = A.xn1;
+    if (!b.logit_rows.empty()) {
+      ops.gather_rows(A.x_out, h, b.logit_rows.data(), rows, sel);
+      ops.rmsnorm(sel, rows, h, view_.norm.f32(), eps, sel, nullptr);
+    } else {
+      ops.rmsnorm(A.x_out, t, h, view_.norm.f32(), eps, sel, nullptr);
+    }
+    ops.linear(sel, rows, view_.lm_head, nullptr, out);
+  };
+  // Decode steps (one new token per sequence, through the cache) may be recorded and
+  // replayed by the backend (Ops::run_cached): the key names everything the recording
+  // holds fixed, the shapes and every buffer, so a step that differs in any runs afresh.
+  const bool decode = kv != nullptr && std::all_of(b.seqs.begin(), b.seqs.end(),
+                                                   [](const SeqSpan& sp) { return sp.num_tokens == 1; });
+  if (decode) {
+    uint64_t key = 0xcbf29ce484222325ull;
+    auto mix = [&](uint64_t v) { key = (key ^ v) * 0x100000001b3ull; };
+    mix(static_cast<uint64_t>(t));
+    mix(static_cast<uint64_t>(rows));
+    mix(b.logit_rows.empty());
+    mix(static_cast<uint64_t>(kv->page_size));
+    mix(static_cast<uint64_t>(kv->dtype));
+    for (const backend::Buffer* buf : {&ws.x_, &ws.xn_, &ws.q_, &ws.k_, &ws.v_, &ws.attn_, &ws.gate_, &ws.mlp_gate_,
+                                       &ws.mlp_up_, &ws.latent_, &ws.kvb_, &ws.out_rows_, &ws.cos_, &ws.sin_})
+      mix(reinterpret_cast<uintptr_t>(buf->data()));
+    mix(reinterpret_cast<uintptr_t>(out));
+    mix(weights_key_);
+    for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+      mix(reinterpret_cast<uintptr_t>(kv->k_pages[static_cast<size_t>(l)]));
+      mix(reinterpret_cast<uintptr_t>(kv->v_pages[static_cast<size_t>(l)]));
+    }
+    ops.run_cached(key, body);
   } else {
-    ops.rmsnorm(A.x_out, t, h, view_.norm.f32(), eps, sel, nullptr);
+    body();
   }
-  if (ops.device() == Device::kCpu) {
-    ops.linear(sel, rows, view_.lm_head, nullptr, logits);
-  } else {
-    const size_t n = static_cast<size_t>(rows * c.vocab_size);
-    float* dev = ws.logits_.grow(ops, n);
-    ops.linear(sel, rows, view_.lm_head, nullptr, dev);
-    ops.to_host(logits, dev, n * sizeof(float));
-  }
+  if (out != logits) ops.to_host(logits, out, n_logits * sizeof(float));
   clock.mark(ForwardOp::kLmHead);
 }
 
