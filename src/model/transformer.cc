@@ -254,6 +254,26 @@ void Transformer::rope_tables(const Batch& b, ForwardWorkspace& ws) const {
   }
 }
 
+uint64_t Transformer::decode_step_key(const Batch& b, const PagedKv& kv, const ForwardWorkspace& ws,
+                                      const float* logits) const {
+  uint64_t key = 0xcbf29ce484222325ull;  // FNV-1a over the shapes and every address
+  auto mix = [&](uint64_t v) { key = (key ^ v) * 0x100000001b3ull; };
+  mix(static_cast<uint64_t>(b.num_tokens()));
+  mix(b.logit_rows.size());
+  mix(static_cast<uint64_t>(kv.page_size));
+  mix(static_cast<uint64_t>(kv.dtype));
+  for (const backend::Buffer* buf : {&ws.x_, &ws.xn_, &ws.q_, &ws.k_, &ws.v_, &ws.attn_, &ws.gate_, &ws.mlp_gate_,
+                                     &ws.mlp_up_, &ws.latent_, &ws.kvb_, &ws.out_rows_, &ws.cos_, &ws.sin_})
+    mix(reinterpret_cast<uintptr_t>(buf->data()));
+  mix(reinterpret_cast<uintptr_t>(logits));
+  mix(weights_key_);
+  for (size_t l = 0; l < kv.k_pages.size(); ++l) {
+    mix(reinterpret_cast<uintptr_t>(kv.k_pages[l]));
+    mix(reinterpret_cast<uintptr_t>(kv.v_pages[l]));
+  }
+  return key;
+}
+
 void Transformer::forward(const Batch& b, const PagedKv* kv, ForwardWorkspace& ws, float* logits) const {
   ForwardClock clock(ws.profile);
   validate_batch(b, kv);
@@ -324,27 +344,8 @@ void Transformer::forward(const Batch& b, const PagedKv* kv, ForwardWorkspace& w
   // holds fixed, the shapes and every buffer, so a step that differs in any runs afresh.
   const bool decode = kv != nullptr && std::all_of(b.seqs.begin(), b.seqs.end(),
                                                    [](const SeqSpan& sp) { return sp.num_tokens == 1; });
-  if (decode) {
-    uint64_t key = 0xcbf29ce484222325ull;
-    auto mix = [&](uint64_t v) { key = (key ^ v) * 0x100000001b3ull; };
-    mix(static_cast<uint64_t>(t));
-    mix(static_cast<uint64_t>(rows));
-    mix(b.logit_rows.empty());
-    mix(static_cast<uint64_t>(kv->page_size));
-    mix(static_cast<uint64_t>(kv->dtype));
-    for (const backend::Buffer* buf : {&ws.x_, &ws.xn_, &ws.q_, &ws.k_, &ws.v_, &ws.attn_, &ws.gate_, &ws.mlp_gate_,
-                                       &ws.mlp_up_, &ws.latent_, &ws.kvb_, &ws.out_rows_, &ws.cos_, &ws.sin_})
-      mix(reinterpret_cast<uintptr_t>(buf->data()));
-    mix(reinterpret_cast<uintptr_t>(out));
-    mix(weights_key_);
-    for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-      mix(reinterpret_cast<uintptr_t>(kv->k_pages[static_cast<size_t>(l)]));
-      mix(reinterpret_cast<uintptr_t>(kv->v_pages[static_cast<size_t>(l)]));
-    }
-    ops.run_cached(key, body);
-  } else {
-    body();
-  }
+  if (decode) ops.run_cached(decode_step_key(b, *kv, ws, out), body);
+  else body();
   if (out != logits) ops.to_host(logits, out, n_logits * sizeof(float));
   clock.mark(ForwardOp::kLmHead);
 }

@@ -82,6 +82,10 @@ class Transformer {
 
  private:
   void rope_tables(const Batch& batch, ForwardWorkspace& ws) const;
+  // What a recorded decode step holds fixed (Ops::run_cached's key): the batch's shape and the
+  // address of every buffer, page and weight the step's operations use.
+  uint64_t decode_step_key(const Batch& batch, const PagedKv& kv, const ForwardWorkspace& ws,
+                           const float* logits) const;
 
   ModelConfig config_;
   ModelWeights weights_;
