@@ -44,13 +44,17 @@ void validate_sampling(const SamplingParams& p, int32_t vocab) {
   for (const auto& s : p.stop_strings) ASTRAI_CHECK(!s.empty(), "stop strings must not be empty");
 }
 
-TokenLogprob Sampler::logprob_of(const float* logits, int32_t vocab, int32_t token, int32_t top_n,
-                                 std::vector<int32_t>* scratch) {
+float Sampler::log_sum_exp(const float* logits, int32_t vocab) {
   float mx = -std::numeric_limits<float>::infinity();
   for (int32_t i = 0; i < vocab; ++i) mx = std::max(mx, logits[i]);
   double sum = 0;
   for (int32_t i = 0; i < vocab; ++i) sum += std::exp(double(logits[i]) - mx);
-  const float lse = mx + static_cast<float>(std::log(sum));
+  return mx + static_cast<float>(std::log(sum));
+}
+
+TokenLogprob Sampler::logprob_of(const float* logits, int32_t vocab, int32_t token, int32_t top_n,
+                                 std::vector<int32_t>* scratch) {
+  const float lse = log_sum_exp(logits, vocab);
   TokenLogprob out;
   out.id = token;
   out.logprob = logits[token] - lse;
@@ -69,10 +73,12 @@ TokenLogprob Sampler::logprob_of(const float* logits, int32_t vocab, int32_t tok
 SampleOutput Sampler::sample(float* logits, int32_t vocab, const SamplingParams& p, SamplerState& st) {
   SampleOutput out;
   // Logprobs report the model's distribution, before any request-side processing.
-  float neg_lse = 0.0f;
+  // The chosen token's logprob is raw[token] - lse, the expression of the top entries, so a
+  // token listed in both has the same value in both.
+  float lse = 0.0f;
   if (p.logprobs >= 0) {
     out.logprob = logprob_of(logits, vocab, 0, p.logprobs, &idx_);
-    neg_lse = out.logprob.logprob - logits[0];
+    lse = log_sum_exp(logits, vocab);
     raw_.assign(logits, logits + vocab);
   }
 
@@ -156,7 +162,7 @@ SampleOutput Sampler::sample(float* logits, int32_t vocab, const SamplingParams&
   out.token = token;
   if (p.logprobs >= 0) {
     out.logprob.id = token;
-    out.logprob.logprob = raw_[token] + neg_lse;
+    out.logprob.logprob = raw_[token] - lse;
   }
   st.observe(token, p);
   return out;

@@ -38,6 +38,8 @@ class Sampler {
   // Log-softmax of raw logits: the chosen token's logprob and the top n alternatives.
   static TokenLogprob logprob_of(const float* logits, int32_t vocab, int32_t token, int32_t top_n,
                                  std::vector<int32_t>* scratch);
+  // log Σ exp(logits[i]) (the max taken out, the sum in double): what every logprob subtracts.
+  static float log_sum_exp(const float* logits, int32_t vocab);
 
  private:
   std::vector<float> probs_;
