@@ -150,10 +150,15 @@ Transformer::Transformer(ModelConfig config, ModelWeights weights, Device device
   });
   for (const auto& p : weights_.params(config_))
     if (p.tensor->is_mapped()) mapped_bytes_ += p.tensor->nbytes();
-  // Where the backend reads every parameter (a recorded decode step holds these addresses).
+  // Where the backend reads every parameter, and its type and shape (a recorded decode step
+  // holds these addresses and sizes).
   weights_key_ = 0xcbf29ce484222325ull;
+  auto mix = [&](uint64_t v) { weights_key_ = (weights_key_ ^ v) * 0x100000001b3ull; };
   for_each_param(config_, view_, [&](const ParamInfo&, const backend::Weight& w) {
-    weights_key_ = (weights_key_ ^ reinterpret_cast<uintptr_t>(w.data)) * 0x100000001b3ull;
+    mix(reinterpret_cast<uintptr_t>(w.data));
+    mix(static_cast<uint64_t>(w.dtype));
+    mix(static_cast<uint64_t>(w.rows));
+    mix(static_cast<uint64_t>(w.cols));
   });
 }
 

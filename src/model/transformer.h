@@ -93,7 +93,7 @@ class Transformer {
   ModelParams<backend::Weight> view_;  // what the backend reads: weights_ with vectors in f32
   std::vector<Tensor> owned_;          // f32 copies of non-f32 vectors; device copies of weights
   size_t mapped_bytes_ = 0;
-  uint64_t weights_key_ = 0;  // a hash of where the backend reads each parameter
+  uint64_t weights_key_ = 0;  // a hash of each parameter's address, dtype and shape in the backend
 };
 
 // The inverse RoPE frequencies [rope_dim / 2] this config uses for a sequence whose
