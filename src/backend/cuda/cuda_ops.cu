@@ -155,7 +155,7 @@ class CudaOps final : public Ops {
 
   void embedding(const Weight& table, const int32_t* ids, int64_t n, float* out) const override {
     std::lock_guard<std::mutex> lock(mu_);
-    const int32_t* d_ids = upload(ids_, std::vector<int32_t>(ids, ids + n));
+    const int32_t* d_ids = upload(ids_, ids, n);
     if (preparing()) return;
     const int64_t dim = table.cols;
     switch (table.dtype) {
@@ -179,7 +179,7 @@ class CudaOps final : public Ops {
 
   void gather_rows(const float* x, int64_t dim, const int32_t* rows, int64_t n, float* out) const override {
     std::lock_guard<std::mutex> lock(mu_);
-    const int32_t* d_rows = upload(rows_, std::vector<int32_t>(rows, rows + n));
+    const int32_t* d_rows = upload(rows_, rows, n);
     if (preparing()) return;
     gather_kernel<<<blocks_for(n * dim), kThreads, 0, stream_>>>(x, dim, d_rows, n, out);
     check_launch("gather_rows");
@@ -461,11 +461,11 @@ class CudaOps final : public Ops {
     int64_t rows = 0;
     for (int64_t s = 0; s < num_seqs; ++s) rows = std::max<int64_t>(rows, seqs[s].token_begin + seqs[s].num_tokens);
     if (rows == 0) return;
-    std::vector<DocPos> pos(static_cast<size_t>(rows), DocPos{0, -1, 0});
+    host_pos_.assign(static_cast<size_t>(rows), DocPos{0, -1, 0});
     for (int64_t s = 0; s < num_seqs; ++s)
       for (int32_t j = 0; j < seqs[s].num_tokens; ++j)
-        pos[static_cast<size_t>(seqs[s].token_begin + j)] = DocPos{seqs[s].token_begin, j, seqs[s].num_tokens};
-    const DocPos* d_pos = upload(doc_pos_, pos);
+        host_pos_[static_cast<size_t>(seqs[s].token_begin + j)] = DocPos{seqs[s].token_begin, j, seqs[s].num_tokens};
+    const DocPos* d_pos = upload(doc_pos_, host_pos_);
     float* D = scratch(row_dot_, static_cast<size_t>(rows * d.heads));
     attn_rowdot_kernel<<<blocks_for(rows * d.heads * kWarp), kThreads, 0, stream_>>>(dout, out, rows * d.heads, d.v_dim, D);
     check_launch("attention backward: row dots");
@@ -479,7 +479,7 @@ class CudaOps final : public Ops {
 
   void embedding_backward(const float* dx, const int32_t* ids, int64_t n, int64_t dim, float* d_table) const override {
     std::lock_guard<std::mutex> lock(mu_);
-    const int32_t* d_ids = upload(ids_, std::vector<int32_t>(ids, ids + n));
+    const int32_t* d_ids = upload(ids_, ids, n);
     embedding_backward_kernel<<<blocks_for(dim), kThreads, 0, stream_>>>(dx, d_ids, n, dim, d_table);
     check_launch("embedding backward");
   }
@@ -495,8 +495,12 @@ class CudaOps final : public Ops {
   bool preparing() const { return mode_ == Mode::kPrepare; }
 
   template <typename T>
+  const T* upload(DeviceArray<T>& array, const T* host, int64_t count) const {
+    return array.upload(host, static_cast<size_t>(count), stager_, mode_, stream_);
+  }
+  template <typename T>
   const T* upload(DeviceArray<T>& array, const std::vector<T>& host) const {
-    return array.upload(host, stager_, mode_, stream_);
+    return upload(array, host.data(), static_cast<int64_t>(host.size()));
   }
   // Room for n elements; while a step is cached no allocation happens (it would stall a
   // capture): a step that needs more runs uncached.
@@ -629,6 +633,7 @@ class CudaOps final : public Ops {
   mutable std::vector<float> host_cos_, host_sin_;
   mutable std::vector<int32_t> host_slots_, host_tables_;
   mutable std::vector<QueryDesc> host_queries_;
+  mutable std::vector<DocPos> host_pos_;
   // Cached decode steps (run_cached).
   mutable std::mutex step_mu_;
   mutable bool graphs_ = true;

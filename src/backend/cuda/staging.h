@@ -139,21 +139,21 @@ class DeviceArray {
   // layer). In a cached step only a copy made earlier in that step counts (the graph holds
   // its first copy), and the reuse is noted, so a prepared step that would copy where the
   // capture reused (or the reverse) does not replay.
-  const T* upload(const std::vector<T>& host, Stager& stager, Mode mode, cudaStream_t stream) {
-    const size_t bytes = host.size() * sizeof(T);
-    const bool same = data_ != nullptr && bytes == last_.size() && std::memcmp(host.data(), last_.data(), bytes) == 0;
+  const T* upload(const T* host, size_t count, Stager& stager, Mode mode, cudaStream_t stream) {
+    const size_t bytes = count * sizeof(T);
+    const bool same = data_ != nullptr && bytes == last_.size() && std::memcmp(host, last_.data(), bytes) == 0;
     if (same && mode == Mode::kRun) return data_;
     if (same && last_step_ == stager.step()) {
       stager.note(data_, mode);
       return data_;
     }
-    if (host.size() > capacity_ && mode != Mode::kRun) {
+    if (count > capacity_ && mode != Mode::kRun) {
       stager.invalidate();  // the graph no longer fits this step: it runs uncached
       if (mode == Mode::kCapture) return data_;  // no allocation while capturing; discarded
     }
-    T* d = reserve(std::max<size_t>(host.size(), 1));
-    stager.put(d, host.data(), bytes, mode, stream);
-    last_.assign(reinterpret_cast<const char*>(host.data()), reinterpret_cast<const char*>(host.data()) + bytes);
+    T* d = reserve(std::max<size_t>(count, 1));
+    stager.put(d, host, bytes, mode, stream);
+    last_.assign(reinterpret_cast<const char*>(host), reinterpret_cast<const char*>(host) + bytes);
     last_step_ = stager.step();
     return d;
   }
