@@ -7,7 +7,10 @@
 #      graphs against the same steps run op by op (tests/model/cuda_forward_test.cc);
 #   3. `astrai generate --device cuda` against `--device cpu` on a trained f32 model: greedy
 #      tokens equal, log-probabilities close (scripts/gpu-generate-check.py);
-#   4. the decode benchmark (bench/cuda/decode_bench.cc): tokens/s at batch 1, 8 and 32, op by
+#   4. training steps on the GPU against the CPU trainer: forward, backward, loss, clipping and
+#      AdamW on three families (tests/train/cuda_train_test.cc), and `astrai train --device cuda`
+#      against `--device cpu` with validation, checkpoints and resume (scripts/gpu-train-check.py);
+#   5. the decode benchmark (bench/cuda/decode_bench.cc): tokens/s at batch 1, 8 and 32, op by
 #      op and as graphs, and the share of the device's copy rate batch-1 decode reads weights at.
 # Tolerances are written in each test. Prints the GPU and the results.
 #
@@ -18,15 +21,15 @@
 #                                        without the project's build deps
 #   ASTRAI_GPU_PREBUILT=DIR scripts/gpu-check.sh
 #                                        run the packed binaries from DIR
-# The model for step 3: $ASTRAI_GPU_MODEL, else runs/demo/model (trained by scripts/demo.sh
-# with 400 updates when missing and the script builds; skipped with a message when prebuilt).
-# Not yet part of it (docs/status.md): training on the GPU.
+# The model for steps 3 and 4: $ASTRAI_GPU_MODEL, else runs/demo/model (trained by
+# scripts/demo.sh with 400 updates when missing and the script builds); the shards for step 4:
+# $ASTRAI_GPU_DATA, else runs/demo/data. A missing model or data fails the check.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 build() {
   cmake --preset release -DASTRAI_CUDA=ON >/dev/null
-  cmake --build --preset release -j "$(nproc)" --target backend_tests model_tests cuda_decode_bench astrai
+  cmake --build --preset release -j "$(nproc)" --target backend_tests model_tests train_tests cuda_decode_bench astrai
 }
 
 if [ "${1:-}" = --pack ]; then
@@ -34,10 +37,10 @@ if [ "${1:-}" = --pack ]; then
   build
   mkdir -p "$dir"
   cp build/release/tests/backend/backend_tests build/release/tests/model/model_tests \
-    build/release/bench/cuda_decode_bench build/release/src/astrai build/release/src/libastrai_cuda.so \
-    scripts/gpu-generate-check.py "$dir/"
+    build/release/tests/train/train_tests build/release/bench/cuda_decode_bench build/release/src/astrai \
+    build/release/src/libastrai_cuda.so scripts/gpu-generate-check.py scripts/gpu-train-check.py "$dir/"
   # Everything ldd resolves except the C library, the loader and CUDA's own libraries.
-  ldd "$dir/backend_tests" "$dir/model_tests" "$dir/astrai" "$dir/libastrai_cuda.so" | awk '/=> \// {print $3}' | sort -u |
+  ldd "$dir/backend_tests" "$dir/model_tests" "$dir/train_tests" "$dir/astrai" "$dir/libastrai_cuda.so" | awk '/=> \// {print $3}' | sort -u |
     grep -v -E '/(libc|libm|libdl|librt|libpthread|libresolv|libutil|libanl|libnsl|ld-linux[^/]*)\.so|libcuda\.so|libcublas' |
     while read -r lib; do cp -L "$lib" "$dir/"; done
   echo "packed into $dir: $(ls "$dir" | tr '\n' ' ')"
@@ -76,15 +79,19 @@ run_tests() {  # BINARY FILTER
 }
 run_tests backend_tests 'CudaOps.*:BackendOps.*'
 run_tests model_tests '*CudaForward.*:CudaDecodeGraphs.*'
-[ $status = 0 ] && echo "gpu-check: every CUDA op and forward agrees with the CPU backend"
+run_tests train_tests 'CudaTraining.*'
+[ $status = 0 ] && echo "gpu-check: every CUDA op, forward and training step agrees with the CPU backend"
 
 model=${ASTRAI_GPU_MODEL:-runs/demo/model}
+data=${ASTRAI_GPU_DATA:-runs/demo/data}
 if [ -n "${ASTRAI_GPU_PREBUILT:-}" ]; then
   astrai_bin=$ASTRAI_GPU_PREBUILT/astrai
   generate_check=$ASTRAI_GPU_PREBUILT/gpu-generate-check.py
+  train_check=$ASTRAI_GPU_PREBUILT/gpu-train-check.py
 else
   astrai_bin=build/release/src/astrai
   generate_check=scripts/gpu-generate-check.py
+  train_check=scripts/gpu-train-check.py
   if [ ! -f "$model/model.safetensors" ] && [ -z "${ASTRAI_GPU_MODEL:-}" ]; then
     ASTRAI_SKIP_DEPS=1 ASTRAI_DEMO_NO_SERVE=1 ASTRAI_DEMO_STEPS=400 scripts/demo.sh
   fi
@@ -93,6 +100,12 @@ if [ -f "$model/model.safetensors" ]; then
   python3 "$generate_check" --astrai "$astrai_bin" --model "$model" || status=1
 else
   echo "gpu-check: no model at $model for the generation check (set ASTRAI_GPU_MODEL)" >&2
+  status=1
+fi
+if [ -f "$model/model.safetensors" ] && [ -f "$data/meta.json" ]; then
+  python3 "$train_check" --astrai "$astrai_bin" --model "$model" --data "$data" || status=1
+else
+  echo "gpu-check: no model at $model or shards at $data for the training check (set ASTRAI_GPU_MODEL, ASTRAI_GPU_DATA)" >&2
   status=1
 fi
 "$(find_bin cuda_decode_bench)" || status=1

@@ -1,6 +1,7 @@
 // The CPU backend: each operation is a call into the kernel table (kernels/cpu/dispatch.h,
 // the level picked at start), or a plain loop for the data movement that has no kernel.
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
@@ -13,6 +14,7 @@
 #include "kernels/cpu/activation.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/attention_backward.h"
+#include "kernels/cpu/cross_entropy_backward.h"
 #include "kernels/cpu/embedding.h"
 #include "kernels/cpu/linear_backward.h"
 #include "kernels/cpu/matmul.h"
@@ -260,6 +262,45 @@ class CpuOps final : public Ops {
 
   void copy(const float* src, int64_t n, float* dst) const override {
     if (src != dst) std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+  }
+
+  void zero(float* x, size_t n) const override {
+    if (n > 0) std::memset(x, 0, n * sizeof(float));
+  }
+
+  double cross_entropy(const float* logits, const int32_t* targets, int64_t rows, int64_t vocab, float label_smoothing,
+                       float grad_scale, float* row_loss, float* dlogits) const override {
+    return kernels::cross_entropy_forward_backward(logits, targets, rows, vocab, label_smoothing, grad_scale, row_loss,
+                                                   dlogits);
+  }
+
+  // Each range in order in one thread: the same sums for any thread count.
+  void sum_squares(const FloatRange* ranges, size_t count, const float* x, double* out) const override {
+#pragma omp parallel for schedule(static)
+    for (size_t b = 0; b < count; ++b) {
+      double s = 0.0;
+      for (size_t i = ranges[b].begin; i < ranges[b].end; ++i) s += static_cast<double>(x[i]) * x[i];
+      out[b] = s;
+    }
+  }
+
+  void scale(float* x, size_t n, float c) const override {
+#pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < n; ++i) x[i] *= c;
+  }
+
+  void adamw(float* p, const float* g, float* m, float* v, size_t n, const AdamWStep& s) const override {
+    const float b1 = s.beta1, b2 = s.beta2, eps = s.eps, decay = s.decay, step_size = s.step_size;
+    const float bc2_sqrt = s.bc2_sqrt;
+#pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < n; ++i) {
+      const float gi = g[i];
+      p[i] *= decay;
+      m[i] = b1 * m[i] + (1.0f - b1) * gi;
+      v[i] = b2 * v[i] + (1.0f - b2) * gi * gi;
+      const float denom = std::sqrt(v[i]) / bc2_sqrt + eps;
+      p[i] -= step_size * (m[i] / denom);
+    }
   }
 };
 

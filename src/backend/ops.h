@@ -11,6 +11,7 @@
 // batch (how many query rows share the launch), so there its bits can depend on that shape.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 
@@ -61,6 +62,19 @@ struct KvPages {
   void* v = nullptr;
   int32_t page_size = 0;
   DType dtype = DType::kF32;
+};
+
+// Floats [begin, end) of a flat buffer.
+struct FloatRange {
+  size_t begin = 0, end = 0;
+};
+
+// The constants of one AdamW update (train/optimizer.cc computes them from the step count).
+struct AdamWStep {
+  float beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f;
+  float step_size = 0.0f;  // lr / (1 − beta1^t)
+  float bc2_sqrt = 1.0f;   // sqrt(1 − beta2^t)
+  float decay = 1.0f;      // 1 − lr · weight_decay for decayed parameters, else 1
 };
 
 class Ops {
@@ -157,6 +171,25 @@ class Ops {
   virtual void embedding_backward(const float* dx, const int32_t* ids, int64_t n, int64_t dim,
                                   float* d_table) const = 0;
   virtual void copy(const float* src, int64_t n, float* dst) const = 0;
+
+  // ---- training: the loss, the gradient norm and the optimizer ----
+  // x[0, n) = 0.
+  virtual void zero(float* x, size_t n) const = 0;
+  // Cross-entropy with label smoothing over logits [rows, vocab] and host targets (< 0:
+  // ignored), as kernels/cpu/cross_entropy_backward.h defines it: row_loss [rows] receives
+  // each row's loss, dlogits (null: none; may alias logits) the gradient of
+  // grad_scale · Σ row_loss. Returns Σ row_loss in row order, in double.
+  virtual double cross_entropy(const float* logits, const int32_t* targets, int64_t rows, int64_t vocab,
+                               float label_smoothing, float grad_scale, float* row_loss, float* dlogits) const = 0;
+  // out[b] (host) = Σ x[i]² in double over ranges[b] (host: [begin, end) in floats), for b
+  // in [0, count).
+  virtual void sum_squares(const FloatRange* ranges, size_t count, const float* x, double* out) const = 0;
+  // x[0, n) *= c.
+  virtual void scale(float* x, size_t n, float c) const = 0;
+  // One AdamW update of n parameters (train/optimizer.h) with their moments m and v:
+  //   p *= decay; m = b1·m + (1 − b1)·g; v = b2·v + (1 − b2)·g²;
+  //   p −= step_size · m / (sqrt(v) / bc2_sqrt + eps).
+  virtual void adamw(float* p, const float* g, float* m, float* v, size_t n, const AdamWStep& s) const = 0;
 };
 
 // The CPU backend: the kernel table of kernels/cpu (the instruction-set level chosen at start).

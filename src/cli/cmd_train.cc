@@ -136,6 +136,12 @@ void setup_train(CLI::App& app) {
                   "threads (0 = all cores; under mpirun, cores / ranks on the machine unless OMP_NUM_THREADS is set)");
   cmd->add_flag("--resume", opts->resume, "continue from the latest checkpoint in --output");
   cmd->add_flag("--recompute", opts->recompute, "recompute activations in the backward (less memory)");
+  auto device = std::make_shared<std::string>("cpu");
+  cmd->add_option("--device", *device,
+                  "where the model trains: cpu, or cuda (the first NVIDIA GPU; a build with the CUDA backend, "
+                  "libastrai_cuda.so beside the binary; seq and sft, every parameter, one process)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"cpu", "cuda"}));
   cmd->add_flag("!--no-progress", opts->progress, "no progress bar");
   cmd->add_flag("--deterministic-allreduce", opts->deterministic_allreduce,
                 "data parallel (mpirun -np N): sum gradients in rank order (gather to rank 0, sum, broadcast) "
@@ -157,7 +163,10 @@ void setup_train(CLI::App& app) {
   cmd->add_option("--port", dash->options.port, "--dashboard: port (0 = any free port)")
       ->capture_default_str()
       ->check(CLI::Range(0, 65535));
-  cmd->callback([opts, dash]() { run_train(*opts, *dash); });
+  cmd->callback([opts, dash, device]() {
+    opts->device = *device == "cuda" ? Device::kCuda : Device::kCpu;
+    run_train(*opts, *dash);
+  });
 }
 
 const bool kRegistered = register_command(&setup_train);

@@ -20,6 +20,9 @@ class MappedFile;
 
 enum class Device : uint8_t { kCpu, kCuda };
 
+// "cpu" or "cuda", as --device spells them.
+inline const char* device_name(Device d) { return d == Device::kCuda ? "cuda" : "cpu"; }
+
 class Storage {
  public:
   virtual ~Storage() = default;

@@ -52,8 +52,9 @@ void bind_layer_acts(const model::ModelConfig& c, int64_t T, model::LayerActs& A
 
 }  // namespace
 
-TrainModel::TrainModel(const model::ModelConfig& config, bool recompute, bool trainable)
-    : cfg_(config), recompute_(recompute), trainable_(trainable), layout_(cfg_), grads_(trainable ? layout_.total() : 0) {
+TrainModel::TrainModel(const model::ModelConfig& config, bool recompute, bool trainable, Device device)
+    : ops_(backend::ops_for(device)), cfg_(config), recompute_(recompute), trainable_(trainable), layout_(cfg_),
+      grads_(trainable ? layout_.total() : 0, ops_) {
   cfg_.validate("model config");
   if (trainable_) {
     bind_params(bind_tensors(cfg_, layout_, owned_params()));
@@ -65,7 +66,7 @@ TrainModel::TrainModel(const model::ModelConfig& config, bool recompute, bool tr
 }
 
 float* TrainModel::owned_params() {
-  if (params_.size() == 0) params_ = FloatBuffer(layout_.total());
+  if (params_.size() == 0) params_ = FloatBuffer(layout_.total(), ops_);
   return params_.data();
 }
 
@@ -80,8 +81,8 @@ void TrainModel::bind_params(const ModelTensors& p, const std::map<std::string, 
 
 void TrainModel::prepare(const TrainBatch& batch) {
   const int64_t T = batch.num_tokens(), half = cfg_.rope_dim() / 2;
-  rope_cos_.resize(static_cast<size_t>(T * half));
-  rope_sin_.resize(static_cast<size_t>(T * half));
+  float* cos = rope_cos_.grow(ops_, static_cast<size_t>(T * half));
+  float* sin = rope_sin_.grow(ops_, static_cast<size_t>(T * half));
   const bool dynamic = cfg_.rope_scaling.type == model::RopeScalingType::kDynamic;
   const bool f32 = f32_rope_angles(cfg_);
   const float scale = model::rope_attention_factor(cfg_);
@@ -97,8 +98,7 @@ void TrainModel::prepare(const TrainBatch& batch) {
       const int32_t max_pos = *std::max_element(pos, pos + sp.len);
       model::rope_inv_freq_into(cfg_, static_cast<int64_t>(max_pos) + 1, inv_freq_);
     }
-    ops_.rope_tables(inv_freq_.data(), half, pos, sp.len, f32, scale, rope_cos_.data() + sp.begin * half,
-                     rope_sin_.data() + sp.begin * half);
+    ops_.rope_tables(inv_freq_.data(), half, pos, sp.len, f32, scale, cos + sp.begin * half, sin + sp.begin * half);
   }
   ASTRAI_CHECK(covered == T, "training batch: documents cover ", covered, " of ", T, " tokens");
 }
@@ -126,11 +126,13 @@ void TrainModel::init_weights(uint64_t seed, float std) {
   bind_params(bind_tensors(cfg_, layout_, owned_params()));
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> normal(0.0f, std);
+  std::vector<float> host;  // one tensor at a time, then into the device's memory
   for (const auto& s : layout_.specs()) {
-    float* p = params_.data() + s.offset;
+    host.resize(s.numel);
     const bool is_norm = s.kind == model::ParamKind::kNorm;
     const bool is_bias = s.kind == model::ParamKind::kBias;
-    for (size_t i = 0; i < s.numel; ++i) p[i] = is_norm ? 1.0f : is_bias ? 0.0f : normal(rng);
+    for (size_t i = 0; i < s.numel; ++i) host[i] = is_norm ? 1.0f : is_bias ? 0.0f : normal(rng);
+    ops_.to_device(params_.data() + s.offset, host.data(), s.numel * sizeof(float));
   }
 }
 
@@ -149,9 +151,13 @@ const Tensor& checked_tensor(const std::map<std::string, Tensor>& tensors, const
 
 void TrainModel::load_weights(const std::map<std::string, Tensor>& tensors, const std::string& where) {
   float* base = owned_params();
+  std::vector<float> host;  // one tensor at a time, then into the device's memory
   for (const auto& s : layout_.specs()) {
     const Tensor& t = checked_tensor(tensors, s, where);
-    convert_to_f32(t.dtype(), t.raw(), base + s.offset, s.numel);
+    ASTRAI_CHECK(t.device() == Device::kCpu, where, ": tensor \"", s.name, "\" is not in host memory");
+    host.resize(s.numel);
+    convert_to_f32(t.dtype(), t.raw(), host.data(), s.numel);
+    ops_.to_device(base + s.offset, host.data(), s.numel * sizeof(float));
   }
   held_.clear();
   bind_params(bind_tensors(cfg_, layout_, base));
@@ -164,6 +170,8 @@ void TrainModel::copy_parameters_from(const TrainModel& other) {
 
 void TrainModel::view_weights(const std::map<std::string, Tensor>& tensors, const std::string& where) {
   ASTRAI_CHECK(!trainable_, "view_weights: the model is trainable (it owns its parameters)");
+  ASTRAI_CHECK(device() == Device::kCpu, "view_weights: a model on ", device_name(device()),
+               " copies its weights (load_weights)");
   std::map<std::string, Tensor> held;
   std::map<std::string, DType> dtypes;  // of the matrices read in place as bf16/f16
   ModelTensors p;
@@ -194,12 +202,14 @@ void TrainModel::view_weights(const std::map<std::string, Tensor>& tensors, cons
 }
 
 std::map<std::string, Tensor> TrainModel::weights() const {
-  return held_.empty() ? tensor_views(layout_, params_) : held_;
+  return held_.empty() ? tensor_views(layout_, on_host(params_)) : held_;
 }
 
 void TrainModel::set_adapters(std::vector<model::LayerLora> adapters, int64_t rank) {
   ASTRAI_CHECK(adapters.empty() || static_cast<int64_t>(adapters.size()) == cfg_.num_hidden_layers,
                "set_adapters: one entry per layer");
+  ASTRAI_CHECK(adapters.empty() || device() == Device::kCpu, "LoRA adapters train on the CPU only, not on ",
+               device_name(device()));
   lora_ = std::move(adapters);
   lora_rank_ = rank;
   lora_dropout_.clear();
@@ -220,7 +230,7 @@ const model::LayerLora* TrainModel::lora_of(int64_t l) {
 }
 
 void TrainModel::zero_grads() {
-  if (grads_.size() > 0) std::memset(grads_.data(), 0, grads_.size() * sizeof(float));
+  if (grads_.size() > 0) ops_.zero(grads_.data(), grads_.size());
 }
 
 void TrainModel::ensure_buffers(int64_t T) {
@@ -239,7 +249,7 @@ void TrainModel::ensure_buffers(int64_t T) {
     return nullptr;
   });
   const int64_t total = layers * pad(T * D) + stored_layers * per_layer + pad(T * D) * 2 + pad(T) + pad(T * V);
-  acts_ = FloatBuffer(static_cast<size_t>(total));
+  acts_ = FloatBuffer(static_cast<size_t>(total), ops_);
   float* cur = acts_.data();
   auto take = [&](int64_t n) {
     float* p = n > 0 ? cur : nullptr;
@@ -267,7 +277,7 @@ void TrainModel::ensure_buffers(int64_t T) {
                                        T * OD, T * OD, T * I, T * I, T * I, kvb, T * R};
   int64_t dtotal = 0;
   for (int64_t n : dsizes) dtotal += pad(n);
-  scratch_ = FloatBuffer(static_cast<size_t>(dtotal));
+  scratch_ = FloatBuffer(static_cast<size_t>(dtotal), ops_);
   cur = scratch_.data();
   model::LayerGradScratch& s = grad_scratch_;
   d_res_ = take(dsizes[0]);
@@ -354,7 +364,7 @@ void TrainModel::backward(const TrainBatch& batch, float* dlogits) {
 
 std::unique_ptr<TrainModel> make_reference(const TrainModel& policy) {
   // Forward only: recomputation mode keeps just each layer's input, the least memory.
-  auto ref = std::make_unique<TrainModel>(policy.config(), /*recompute=*/true, /*trainable=*/false);
+  auto ref = std::make_unique<TrainModel>(policy.config(), /*recompute=*/true, /*trainable=*/false, policy.device());
   if (policy.trainable()) ref->copy_parameters_from(policy);
   else ref->view_weights(policy.weights(), "the LoRA base");
   return ref;

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "backend/dropout_mask.h"
+#include "backend/memory.h"
 #include "backend/ops.h"
 #include "model/config.h"
 #include "model/layer.h"
@@ -45,12 +46,16 @@ class TrainModel {
  public:
   // trainable = false: a frozen model (reference policies, a LoRA base) with no gradient
   // buffer; its weights come from init_weights, load_weights, copy_parameters_from or
-  // view_weights.
-  explicit TrainModel(const model::ModelConfig& config, bool recompute = false, bool trainable = true);
+  // view_weights. `device`: where the parameters, gradients and activations live and the
+  // operations run (backend::ops_for; view_weights and LoRA adapters are for the CPU only).
+  explicit TrainModel(const model::ModelConfig& config, bool recompute = false, bool trainable = true,
+                      Device device = Device::kCpu);
   TrainModel(const TrainModel&) = delete;
   TrainModel& operator=(const TrainModel&) = delete;
 
   const model::ModelConfig& config() const { return cfg_; }
+  const backend::Ops& ops() const { return ops_; }
+  Device device() const { return ops_.device(); }
   bool trainable() const { return trainable_; }
   const ParamLayout& layout() const { return layout_; }
   FloatBuffer& params() { return params_; }
@@ -72,7 +77,8 @@ class TrainModel {
   // rest (bf16/f16 norms and biases) to f32 once, each into a buffer of its own. No buffer of
   // the whole model is allocated. Same checks as load_weights.
   void view_weights(const std::map<std::string, Tensor>& tensors, const std::string& where);
-  // The parameters as named tensors (views; they keep the memory alive).
+  // The parameters as named tensors: views that keep the memory alive (they see later
+  // updates), or on a device a host copy taken now.
   std::map<std::string, Tensor> weights() const;
 
   // LoRA adapters per layer (model/layer.h; a, b, da, db and dropout set by the owner; this
@@ -84,7 +90,8 @@ class TrainModel {
   void set_training(bool on) { training_ = on; }
   bool training() const { return training_; }
 
-  // Runs the forward and returns logits [num_tokens, vocab], valid until the next forward.
+  // Runs the forward and returns logits [num_tokens, vocab] (in the device's memory), valid
+  // until the next forward.
   float* forward(const TrainBatch& batch);
   // Accumulates d(loss)/d(params) into grads() (and the adapters' gradients) given dlogits
   // (may be the logits buffer).
@@ -110,8 +117,8 @@ class TrainModel {
   void bind_lora_acts(int64_t tokens);      // u of every adapter and their scratch
   float* owned_params();                    // params_, allocated on first use
 
-  // The parameters, gradients and activations are host buffers (FloatBuffer).
-  const backend::Ops& ops_ = backend::ops_for(Device::kCpu);
+  // The parameters, gradients and activations are buffers in the memory of ops_'s device.
+  const backend::Ops& ops_;
   model::ModelConfig cfg_;
   bool recompute_;
   bool trainable_;
@@ -121,7 +128,7 @@ class TrainModel {
   ModelTensors p_, g_;                  // g_: null slots when frozen
   model::ModelParams<backend::Weight> view_;  // p_ as the backend reads it
   std::vector<double> inv_freq_;  // static scaling: computed once; dynamic: per document
-  std::vector<float> rope_cos_, rope_sin_;  // per token [tokens, rope_dim / 2]
+  backend::Buffer rope_cos_, rope_sin_;     // per token [tokens, rope_dim / 2]
   std::vector<backend::SeqRange> seqs_;     // the batch's documents
   model::ForwardProfile profile_;           // off: the layers' clock marks cost nothing
 

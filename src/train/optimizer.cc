@@ -7,15 +7,16 @@
 
 namespace astrai::train {
 
-AdamW::AdamW(const ParamLayout& layout, AdamWConfig config) : AdamW(layout.specs(), layout.total(), config) {}
+AdamW::AdamW(const ParamLayout& layout, AdamWConfig config, const backend::Ops& ops)
+    : AdamW(layout.specs(), layout.total(), 0, layout.total(), config, ops) {}
 
 AdamW::AdamW(const std::vector<ParamSpec>& specs, size_t total, AdamWConfig config)
     : AdamW(specs, total, 0, total, config) {}
 
 AdamW::AdamW(const std::vector<ParamSpec>& specs, size_t total, size_t shard_begin, size_t shard_end,
-             AdamWConfig config)
-    : config_(config), shard_begin_(shard_begin), shard_end_(shard_end), m_(shard_end - shard_begin),
-      v_(shard_end - shard_begin) {
+             AdamWConfig config, const backend::Ops& ops)
+    : config_(config), ops_(ops), shard_begin_(shard_begin), shard_end_(shard_end), m_(shard_end - shard_begin, ops),
+      v_(shard_end - shard_begin, ops) {
   ASTRAI_CHECK(shard_begin <= shard_end && shard_end <= total, "AdamW: shard [", shard_begin, ", ", shard_end,
                ") outside the buffer of ", total, " floats");
   for (const auto& s : specs) {
@@ -29,26 +30,19 @@ AdamW::AdamW(const std::vector<ParamSpec>& specs, size_t total, size_t shard_beg
 
 void AdamW::step(float* params, const float* grads, float lr) {
   ++step_;
-  const float b1 = config_.beta1, b2 = config_.beta2, eps = config_.eps;
-  const double bc1 = 1.0 - std::pow(static_cast<double>(b1), static_cast<double>(step_));
-  const double bc2 = 1.0 - std::pow(static_cast<double>(b2), static_cast<double>(step_));
-  const float step_size = static_cast<float>(lr / bc1);
-  const float bc2_sqrt = static_cast<float>(std::sqrt(bc2));
-  float* m = m_.data();  // m[i - shard_begin_]: the moment of params[i]
-  float* v = v_.data();
-  const size_t sb = shard_begin_;
+  backend::AdamWStep s;
+  s.beta1 = config_.beta1;
+  s.beta2 = config_.beta2;
+  s.eps = config_.eps;
+  const double bc1 = 1.0 - std::pow(static_cast<double>(s.beta1), static_cast<double>(step_));
+  const double bc2 = 1.0 - std::pow(static_cast<double>(s.beta2), static_cast<double>(step_));
+  s.step_size = static_cast<float>(lr / bc1);
+  s.bc2_sqrt = static_cast<float>(std::sqrt(bc2));
+  // m[i - shard_begin_] is the moment of params[i].
   for (const Range& r : ranges_) {
-    const float decay = r.decay ? 1.0f - lr * config_.weight_decay : 1.0f;
-#pragma omp parallel for simd schedule(static)
-    for (size_t i = r.begin; i < r.end; ++i) {
-      const float g = grads[i];
-      params[i] *= decay;
-      const size_t j = i - sb;
-      m[j] = b1 * m[j] + (1.0f - b1) * g;
-      v[j] = b2 * v[j] + (1.0f - b2) * g * g;
-      const float denom = std::sqrt(v[j]) / bc2_sqrt + eps;
-      params[i] -= step_size * (m[j] / denom);
-    }
+    s.decay = r.decay ? 1.0f - lr * config_.weight_decay : 1.0f;
+    const size_t j = r.begin - shard_begin_;
+    ops_.adamw(params + r.begin, grads + r.begin, m_.data() + j, v_.data() + j, r.end - r.begin, s);
   }
 }
 

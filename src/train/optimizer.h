@@ -1,6 +1,7 @@
 // AdamW with decoupled weight decay (PyTorch torch.optim.AdamW semantics, f32), over the
 // flat parameter/gradient arrays of a ParamLayout. Norm weights, biases and embeddings are
-// not decayed unless asked.
+// not decayed unless asked. The moments live in the memory of the backend given (host memory
+// by default), with the parameters and gradients; the update is that backend's `adamw`.
 #pragma once
 
 #include <cstdint>
@@ -22,13 +23,14 @@ struct AdamWConfig {
 
 class AdamW {
  public:
-  AdamW(const ParamLayout& layout, AdamWConfig config);
+  AdamW(const ParamLayout& layout, AdamWConfig config, const backend::Ops& ops = backend::cpu_ops());
   // Over any parameters laid out by `specs` in a buffer of `total` floats (LoRA factors).
   AdamW(const std::vector<ParamSpec>& specs, size_t total, AdamWConfig config);
   // ZeRO-1: moments (and updates) for the floats [shard_begin, shard_end) of that buffer only
   // (train/shards.h); m() and v() then hold shard_end - shard_begin floats, m()[0] being the
   // moment of float shard_begin.
-  AdamW(const std::vector<ParamSpec>& specs, size_t total, size_t shard_begin, size_t shard_end, AdamWConfig config);
+  AdamW(const std::vector<ParamSpec>& specs, size_t total, size_t shard_begin, size_t shard_end, AdamWConfig config,
+        const backend::Ops& ops = backend::cpu_ops());
   // One update with learning rate lr of the owned floats of params (whole buffers, indexed
   // like the layout); increments step().
   void step(float* params, const float* grads, float lr);
@@ -49,13 +51,14 @@ class AdamW {
     bool decay;
   };
   AdamWConfig config_;
+  const backend::Ops& ops_;
   size_t shard_begin_ = 0, shard_end_ = 0;
   std::vector<Range> ranges_;  // the parameters' ranges clipped to the shard
   FloatBuffer m_, v_;
   int64_t step_ = 0;
 };
 
-// Global L2 norm of all gradients (in double, fixed order); when max_norm > 0 and the norm
+// Global L2 norm of all gradients (host memory; in double, fixed order); when max_norm > 0 and the norm
 // exceeds it, scales every gradient by max_norm / (norm + 1e-6) as
 // torch.nn.utils.clip_grad_norm_ does. Returns the norm before clipping.
 double clip_grad_norm(float* grads, size_t n, double max_norm);

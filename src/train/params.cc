@@ -21,12 +21,18 @@ ParamLayout::ParamLayout(const model::ModelConfig& c) {
   }
 }
 
-FloatBuffer::FloatBuffer(size_t n) : size_(n) {
-  const size_t bytes = (std::max<size_t>(n, 1) * sizeof(float) + 63) / 64 * 64;
-  void* p = std::aligned_alloc(64, bytes);
-  if (p == nullptr) fail("out of memory allocating ", bytes, " bytes for training buffers");
-  std::memset(p, 0, bytes);
-  data_ = std::shared_ptr<float>(static_cast<float*>(p), [](float* q) { std::free(q); });
+FloatBuffer::FloatBuffer(size_t n, const backend::Ops& ops) : size_(n), ops_(&ops) {
+  const size_t floats = (std::max<size_t>(n, 1) + 15) / 16 * 16;  // whole 64-byte lines
+  float* p = static_cast<float*>(ops.alloc(floats * sizeof(float)));  // fails with "out of memory ..."
+  data_ = std::shared_ptr<float>(p, [o = &ops](float* q) { o->release(q); });
+  ops.zero(p, floats);
+}
+
+FloatBuffer on_host(const FloatBuffer& buffer) {
+  if (buffer.size() == 0 || buffer.device() == Device::kCpu) return buffer;
+  FloatBuffer host(buffer.size());
+  buffer.ops().to_host(host.data(), buffer.data(), buffer.size() * sizeof(float));
+  return host;
 }
 
 ModelTensors bind_tensors(const model::ModelConfig& c, const ParamLayout& layout, float* base) {
@@ -45,25 +51,26 @@ namespace {
 // Borrowed view of a FloatBuffer that keeps it alive.
 class BufferStorage final : public Storage {
  public:
-  explicit BufferStorage(std::shared_ptr<float> p, size_t n) : p_(std::move(p)), n_(n) {}
+  BufferStorage(std::shared_ptr<float> p, size_t n, Device device) : p_(std::move(p)), n_(n), device_(device) {}
   void* data() override { return p_.get(); }
   size_t bytes() const override { return n_ * sizeof(float); }
-  Device device() const override { return Device::kCpu; }
+  Device device() const override { return device_; }
 
  private:
   std::shared_ptr<float> p_;
   size_t n_;
+  Device device_;
 };
 }  // namespace
 
 Tensor buffer_view(const FloatBuffer& buffer, size_t offset, const Shape& shape) {
   ASTRAI_CHECK(offset + static_cast<size_t>(shape_numel(shape)) <= buffer.size(), "buffer_view out of range");
-  return Tensor(std::make_shared<BufferStorage>(buffer.shared(), buffer.size()), offset * sizeof(float), shape,
+  return Tensor(std::make_shared<BufferStorage>(buffer.shared(), buffer.size(), buffer.device()), offset * sizeof(float), shape,
                 DType::kF32);
 }
 
 std::map<std::string, Tensor> tensor_views(const ParamLayout& layout, const FloatBuffer& buffer) {
-  auto storage = std::make_shared<BufferStorage>(buffer.shared(), buffer.size());
+  auto storage = std::make_shared<BufferStorage>(buffer.shared(), buffer.size(), buffer.device());
   std::map<std::string, Tensor> out;
   for (const auto& s : layout.specs())
     out.emplace(s.name, Tensor(storage, s.offset * sizeof(float), s.shape, DType::kF32));

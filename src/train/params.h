@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/ops.h"
 #include "tensor/tensor.h"
 #include "model/config.h"
 #include "model/param_schema.h"
@@ -38,19 +39,26 @@ class ParamLayout {
   friend struct ParamOffsets;
 };
 
-// One 64-byte aligned, zero-initialised f32 array (shared so Tensor views can keep it alive).
+// One 64-byte aligned, zero-initialised f32 array in a backend's memory (host memory by
+// default), shared so Tensor views can keep it alive.
 class FloatBuffer {
  public:
   FloatBuffer() = default;
-  explicit FloatBuffer(size_t n);
+  explicit FloatBuffer(size_t n, const backend::Ops& ops = backend::cpu_ops());
   float* data() const { return data_.get(); }
   size_t size() const { return size_; }
+  Device device() const { return ops_->device(); }
+  const backend::Ops& ops() const { return *ops_; }
   const std::shared_ptr<float>& shared() const { return data_; }
 
  private:
   std::shared_ptr<float> data_;
   size_t size_ = 0;
+  const backend::Ops* ops_ = &backend::cpu_ops();
 };
+
+// The buffer itself when it is in host memory, else a host copy of it.
+FloatBuffer on_host(const FloatBuffer& buffer);
 
 // Pointers to each parameter inside a buffer (model/param_schema.h's slots, as float*); null
 // where the config lacks that parameter; lm_head == embed_tokens when tied.

@@ -51,13 +51,9 @@ size_t ShardPlan::owned_params(int r) const {
   return n;
 }
 
-void block_sq_norms(const float* grads, const std::vector<Block>& blocks, size_t first, size_t last, double* out) {
-#pragma omp parallel for schedule(static)
-  for (size_t b = first; b < last; ++b) {
-    double s = 0.0;
-    for (size_t i = blocks[b].begin; i < blocks[b].end; ++i) s += static_cast<double>(grads[i]) * grads[i];
-    out[b] = s;
-  }
+void block_sq_norms(const float* grads, const std::vector<Block>& blocks, size_t first, size_t last, double* out,
+                    const backend::Ops& ops) {
+  if (first < last) ops.sum_squares(blocks.data() + first, last - first, grads, out + first);
 }
 
 double grad_norm_from_blocks(const std::vector<double>& partials) {
@@ -72,10 +68,8 @@ float clip_coefficient(double norm, double max_norm) {
   return coef < 1.0 ? static_cast<float>(coef) : 1.0f;
 }
 
-void scale_grads(float* grads, size_t begin, size_t end, float coef) {
-  if (coef == 1.0f) return;
-#pragma omp parallel for simd schedule(static)
-  for (size_t i = begin; i < end; ++i) grads[i] *= coef;
+void scale_grads(float* grads, size_t begin, size_t end, float coef, const backend::Ops& ops) {
+  if (coef != 1.0f && begin < end) ops.scale(grads + begin, end - begin, coef);
 }
 
 }  // namespace astrai::train

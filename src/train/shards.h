@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "backend/ops.h"
 #include "train/params.h"
 
 namespace astrai::train {
@@ -26,9 +27,8 @@ namespace astrai::train {
 // Gradient-norm block size in floats (also the granularity of a shard).
 inline constexpr size_t kNormBlock = size_t{1} << 16;
 
-struct Block {
-  size_t begin = 0, end = 0;  // floats into the buffer; end - begin <= kNormBlock
-};
+// Floats [begin, end) of the buffer; end - begin <= kNormBlock.
+using Block = backend::FloatRange;
 
 // The blocks of every tensor in `specs` (buffer order), each tensor cut into pieces of at most
 // `block` floats.
@@ -62,8 +62,10 @@ class ShardPlan {
 };
 
 // Squared L2 norm (double) of the gradient in each of blocks [first, last) of `blocks`, into
-// out[first .. last) (the other entries untouched). The same value for any thread count.
-void block_sq_norms(const float* grads, const std::vector<Block>& blocks, size_t first, size_t last, double* out);
+// out[first .. last) (host memory; the other entries untouched). The same value for any
+// thread count. `grads` is in the memory of `ops`.
+void block_sq_norms(const float* grads, const std::vector<Block>& blocks, size_t first, size_t last, double* out,
+                    const backend::Ops& ops = backend::cpu_ops());
 
 // sqrt of the partials summed in block order.
 double grad_norm_from_blocks(const std::vector<double>& partials);
@@ -71,6 +73,6 @@ double grad_norm_from_blocks(const std::vector<double>& partials);
 // The clip coefficient torch.nn.utils.clip_grad_norm_ applies for `norm` (1 when no clipping:
 // max_norm <= 0, the norm within it, or not finite), and scaling of grads[begin, end) by it.
 float clip_coefficient(double norm, double max_norm);
-void scale_grads(float* grads, size_t begin, size_t end, float coef);
+void scale_grads(float* grads, size_t begin, size_t end, float coef, const backend::Ops& ops = backend::cpu_ops());
 
 }  // namespace astrai::train

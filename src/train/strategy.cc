@@ -12,10 +12,9 @@ MicroStats CrossEntropyStrategy::run(TrainModel& policy, const TrainBatch& batch
   s.num_targets = batch.num_targets();
   if (s.num_targets == 0) return s;  // nothing to learn from; contributes no gradient
   float* logits = policy.forward(batch);
-  row_loss_.resize(static_cast<size_t>(T));
+  float* row_loss = row_loss_.grow(policy.ops(), static_cast<size_t>(T));
   const float scale = grad_scale / static_cast<float>(s.num_targets);
-  s.loss_sum = kernels::cross_entropy_forward_backward(logits, batch.targets.data(), T, V, label_smoothing_,
-                                                       scale, row_loss_.data(), logits);
+  s.loss_sum = policy.ops().cross_entropy(logits, batch.targets.data(), T, V, label_smoothing_, scale, row_loss, logits);
   policy.backward(batch, logits);
   return s;
 }
@@ -26,20 +25,21 @@ MicroStats CrossEntropyStrategy::evaluate(TrainModel& policy, const TrainBatch& 
   s.num_targets = batch.num_targets();
   if (s.num_targets == 0) return s;
   float* logits = policy.forward(batch);
-  row_loss_.resize(static_cast<size_t>(T));
-  s.loss_sum = kernels::cross_entropy_forward_backward(logits, batch.targets.data(), T, V, label_smoothing_,
-                                                       0.0f, row_loss_.data(), nullptr);
+  float* row_loss = row_loss_.grow(policy.ops(), static_cast<size_t>(T));
+  s.loss_sum = policy.ops().cross_entropy(logits, batch.targets.data(), T, V, label_smoothing_, 0.0f, row_loss, nullptr);
   return s;
 }
 
 void target_logprobs(TrainModel& model, const TrainBatch& batch, std::vector<float>* out) {
   const int64_t T = batch.num_tokens();
+  ASTRAI_CHECK(model.device() == Device::kCpu, "per-token log-probabilities (dpo, grpo) are computed on the CPU only");
   out->resize(static_cast<size_t>(T));
   kernels::token_logprobs(model.forward(batch), batch.targets.data(), T, model.config().vocab_size, out->data());
 }
 
 void backward_through_logprobs(TrainModel& model, const TrainBatch& batch, float* logits, const std::vector<float>& dlogp) {
   const int64_t T = batch.num_tokens();
+  ASTRAI_CHECK(model.device() == Device::kCpu, "per-token log-probabilities (dpo, grpo) are computed on the CPU only");
   ASTRAI_CHECK(static_cast<int64_t>(dlogp.size()) == T, "backward_through_logprobs: ", dlogp.size(), " gradients for ",
                T, " rows");
   kernels::token_logprobs_backward(logits, batch.targets.data(), dlogp.data(), T, model.config().vocab_size, logits);

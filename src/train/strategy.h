@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/memory.h"
 #include "train/model.h"
 #include "train/train_batch.h"
 
@@ -74,7 +75,7 @@ class CrossEntropyStrategy final : public Strategy {
  private:
   std::string name_;
   float label_smoothing_;
-  std::vector<float> row_loss_;
+  backend::Buffer row_loss_;  // in the policy's device memory
 };
 
 // Σ log p(target) per document of the batch (targets < 0 skipped): the per-sequence

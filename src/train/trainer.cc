@@ -243,7 +243,14 @@ void Run::setup_model() {
   // LoRA: a frozen base read where it lies (an f32 checkpoint stays memory-mapped) and
   // adapters in the layers; otherwise every parameter is trained.
   const bool lora = o_.lora.rank > 0;
-  model_ = std::make_unique<TrainModel>(config_, o_.recompute, /*trainable=*/!lora);
+  if (o_.device != Device::kCpu) {
+    const std::string on = str_cat("--device ", device_name(o_.device));
+    ASTRAI_CHECK(o_.train_type == "seq" || o_.train_type == "sft", on,
+                 " trains seq and sft only; dpo and grpo run on the CPU (--device cpu)");
+    ASTRAI_CHECK(!lora, on, " trains every parameter; LoRA (--lora-rank) runs on the CPU (--device cpu)");
+    ASTRAI_CHECK(comm_.size() == 1, on, " trains in one process; data parallel runs (mpirun) are for the CPU");
+  }
+  model_ = std::make_unique<TrainModel>(config_, o_.recompute, /*trainable=*/!lora, o_.device);
   if (!o_.model_dir.empty()) {
     auto contents = model::read_checkpoint_tensors(o_.model_dir);
     if (lora) model_->view_weights(contents.tensors, o_.model_dir);
@@ -274,7 +281,7 @@ void Run::setup_model() {
   const std::vector<ParamSpec>& specs = lora ? lora_->specs() : model_->layout().specs();
   const size_t total = lora ? lora_->num_params() : model_->layout().total();
   shards_ = std::make_unique<ShardPlan>(specs, total, sharded() ? comm_.size() : 1);
-  adam_ = std::make_unique<AdamW>(specs, total, shards_->begin(shard()), shards_->end(shard()), ac);
+  adam_ = std::make_unique<AdamW>(specs, total, shards_->begin(shard()), shards_->end(shard()), ac, model_->ops());
   buckets_ = grad_buckets(specs, total, config_.num_hidden_layers);
   StrategyOptions so;
   so.train_type = o_.train_type;
@@ -432,8 +439,8 @@ void Run::save_checkpoint(int64_t step) {
     comm_.gather_to_root(adam_->m().data(), full_m.data(), shards_->bounds());
     comm_.gather_to_root(adam_->v().data(), full_v.data(), shards_->bounds());
   }
-  const FloatBuffer& m = sharded() ? full_m : adam_->m();
-  const FloatBuffer& v = sharded() ? full_v : adam_->v();
+  const FloatBuffer m = sharded() ? full_m : on_host(adam_->m());  // from a device: host copies
+  const FloatBuffer v = sharded() ? full_v : on_host(adam_->v());
   if (!primary()) {  // every rank holds the same weights; rank 0 writes them and the state
     last_ckpt_ = final_dir.string();
     return;
@@ -485,8 +492,8 @@ void Run::load_checkpoint(const std::string& dir) {
                      static_cast<size_t>(it->second.numel()) == shards_->total(),
                  dir, "/optimizer.safetensors: missing or mis-sized ", name);
     // Whole-buffer moments; a sharded rank takes its slice.
-    std::memcpy(buf->data(), static_cast<const float*>(it->second.raw()) + adam_->shard_begin(),
-                buf->size() * sizeof(float));
+    buf->ops().to_device(buf->data(), static_cast<const float*>(it->second.raw()) + adam_->shard_begin(),
+                         buf->size() * sizeof(float));
   }
   adam_->set_step_count(state.at("adamw_step").get<int64_t>());
   sampler_->load_json(state.at("sampler"));
@@ -607,7 +614,8 @@ TrainResult Run::go() {
     log_info("LoRA: ", lora_->num_params(), " trainable parameters (rank ", o_.lora.rank, ", alpha ", o_.lora.alpha,
              ", ", lora_->specs().size() / 2, " projections); the other weights are frozen");
   if (primary())
-    log_info("training ", model_->num_params(), " parameters (", config_.summary(), ") for ", total_steps_,
+    log_info("training ", model_->num_params(), " parameters (", config_.summary(), ") on ", device_name(o_.device),
+             " for ", total_steps_,
              " updates of ", o_.batch_size * o_.grad_accum * comm_.size(), " ", source_->sample_noun(),
              comm_.size() > 1 ? str_cat(" (", o_.batch_size * o_.grad_accum, " on each of ", comm_.size(), " ranks)") : "");
   if (primary()) {
@@ -666,7 +674,7 @@ TrainResult Run::go() {
     const int me = shard();
     std::vector<double> partials(shards_->blocks().size(), 0.0);
     block_sq_norms(grads.data(), shards_->blocks(), shards_->first_block(me), shards_->first_block(me + 1),
-                   partials.data());
+                   partials.data(), grads.ops());
     if (sharded()) comm_.all_reduce_sum(partials.data(), partials.size());
     const double norm = grad_norm_from_blocks(partials);
     if (!std::isfinite(loss) || !std::isfinite(norm)) {
@@ -675,7 +683,8 @@ TrainResult Run::go() {
            last_ckpt_.empty() ? std::string("(none yet)") : last_ckpt_,
            ". Try a lower --max-lr, more --warmup-steps or --max-grad-norm.");
     }
-    scale_grads(grads.data(), shards_->begin(me), shards_->end(me), clip_coefficient(norm, o_.max_grad_norm));
+    scale_grads(grads.data(), shards_->begin(me), shards_->end(me), clip_coefficient(norm, o_.max_grad_norm),
+                grads.ops());
     const double lr = learning_rate(sched_, step_);
     adam_->step(params.data(), grads.data(), static_cast<float>(lr));  // this rank's slice when sharded
     if (sharded()) comm_.all_gather(params.data(), shards_->bounds());

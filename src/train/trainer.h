@@ -94,6 +94,9 @@ struct TrainOptions {
   bool shard_optimizer = false;
   // The gradient all-reduce started layer by layer during the last micro-batch's backward.
   bool overlap_allreduce = true;
+  // Where the model trains (--device): parameters, gradients, activations, the loss and
+  // AdamW's moments in that device's memory. cuda: seq and sft, full fine-tuning, one process.
+  Device device = Device::kCpu;
 };
 
 struct TrainResult {

@@ -348,6 +348,62 @@ TEST_F(CudaOps, AttentionBackward) {
   expect_close(gdv.back(), dv, 1e-4, "attention backward dv");
 }
 
+// The training step's own operations: cross-entropy (label smoothing, ignored rows, the
+// gradient written over the logits), the gradient's squared norm per range, scaling, AdamW
+// and zeroing. Sums run in a tree on the GPU: losses within 1e-5 relative, the rest 1e-5/1e-6.
+TEST_F(CudaOps, TrainingStepOps) {
+  for (auto [rows, vocab, smoothing] : {std::tuple<int64_t, int64_t, float>{7, 97, 0.0f}, {5, 1000, 0.1f}, {3, 4099, 0.05f}}) {
+    const auto logits = randn(static_cast<size_t>(rows * vocab), 30, 3.0f);
+    std::vector<int32_t> targets(static_cast<size_t>(rows));
+    for (int64_t r = 0; r < rows; ++r) targets[static_cast<size_t>(r)] = r == 1 ? -100 : static_cast<int32_t>((r * 37) % vocab);
+    std::vector<float> loss(static_cast<size_t>(rows)), dlogits(logits.size());
+    const double want = cpu().cross_entropy(logits.data(), targets.data(), rows, vocab, smoothing, 0.25f, loss.data(),
+                                            dlogits.data());
+    Dev<float> gl(logits), grl(static_cast<size_t>(rows));
+    const double got_eval = gpu().cross_entropy(gl.p(), targets.data(), rows, vocab, smoothing, 0.0f, grl.p(), nullptr);
+    const double got = gpu().cross_entropy(gl.p(), targets.data(), rows, vocab, smoothing, 0.25f, grl.p(), gl.p());
+    const std::string what = "cross_entropy vocab " + std::to_string(vocab);
+    EXPECT_NEAR(got_eval, want, 1e-5 * std::fabs(want)) << what;
+    EXPECT_NEAR(got, want, 1e-5 * std::fabs(want)) << what;
+    expect_close(grl.back(), loss, 1e-5, what + " row losses");
+    expect_close(gl.back(), dlogits, 1e-6, what + " dlogits (over the logits)");
+  }
+
+  const size_t n = 200003;
+  const auto g = randn(n, 31), p = randn(n, 32, 0.05f), m = randn(n, 33, 0.01f);
+  auto v = randn(n, 34, 0.01f);
+  for (float& x : v) x = x * x;  // second moments are not negative
+  const std::vector<FloatRange> ranges = {{0, 65536}, {65536, 65536}, {65536, 131072}, {131072, 200003}, {17, 33}};
+  std::vector<double> want(ranges.size()), got(ranges.size());
+  cpu().sum_squares(ranges.data(), ranges.size(), g.data(), want.data());
+  Dev<float> gg(g);
+  gpu().sum_squares(ranges.data(), ranges.size(), gg.p(), got.data());
+  for (size_t b = 0; b < ranges.size(); ++b) EXPECT_NEAR(got[b], want[b], 1e-12 * (1.0 + want[b])) << "range " << b;
+
+  std::vector<float> scaled = g;
+  cpu().scale(scaled.data(), n, 0.37f);
+  gpu().scale(gg.p(), n, 0.37f);
+  expect_close(gg.back(), scaled, 0.0, "scale");
+
+  for (float decay : {1.0f, 1.0f - 1e-3f * 0.1f}) {
+    AdamWStep st;
+    st.step_size = 1e-3f / (1.0f - 0.9f * 0.9f * 0.9f);
+    st.bc2_sqrt = std::sqrt(1.0f - 0.95f * 0.95f * 0.95f);
+    st.decay = decay;
+    std::vector<float> pc = p, mc = m, vc = v;
+    cpu().adamw(pc.data(), g.data(), mc.data(), vc.data(), n, st);
+    Dev<float> gp(p), gm(m), gv(v), gg2(g);
+    gpu().adamw(gp.p(), gg2.p(), gm.p(), gv.p(), n, st);
+    expect_close(gm.back(), mc, 1e-6, "adamw m");
+    expect_close(gv.back(), vc, 1e-6, "adamw v");
+    expect_close(gp.back(), pc, 1e-6, "adamw parameters");
+  }
+
+  Dev<float> z(p);
+  gpu().zero(z.p(), n);
+  expect_close(z.back(), std::vector<float>(n, 0.0f), 0.0, "zero");
+}
+
 }  // namespace
 }  // namespace astrai::backend
 

@@ -203,6 +203,75 @@ TEST(BackendOps, RopeInverseUndoesTheRotation) {
 
 // Attention over two sequences of a packed batch: against a plain softmax, and the paged path
 // (K/V written by kv_write, read through page tables) against the cache-less one, bit for bit.
+// The training step's operations against their formulas: cross-entropy with label smoothing
+// (log-softmax in double) and its gradient written over the logits, ignored rows; squared
+// sums per range; scaling; one AdamW update (PyTorch's torch.optim.AdamW, in double); zero.
+TEST(BackendOps, TrainingStepOpsMatchTheirFormulas) {
+  const int64_t rows = 4, vocab = 37;
+  const float eps = 0.1f, scale = 0.5f;
+  const auto logits = randn(static_cast<size_t>(rows * vocab), 40, 2.0f);
+  const std::vector<int32_t> targets = {3, -100, 36, 0};
+  std::vector<float> loss(rows), d = logits;
+  const double total = ops().cross_entropy(d.data(), targets.data(), rows, vocab, eps, scale, loss.data(), d.data());
+  double want_total = 0.0;
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* z = logits.data() + r * vocab;
+    const int32_t y = targets[static_cast<size_t>(r)];
+    if (y < 0) {
+      EXPECT_EQ(loss[static_cast<size_t>(r)], 0.0f);
+      for (int64_t c = 0; c < vocab; ++c) EXPECT_EQ(d[static_cast<size_t>(r * vocab + c)], 0.0f);
+      continue;
+    }
+    double m = z[0], se = 0.0, sz = 0.0;
+    for (int64_t c = 0; c < vocab; ++c) m = std::max(m, static_cast<double>(z[c]));
+    for (int64_t c = 0; c < vocab; ++c) se += std::exp(z[c] - m), sz += z[c];
+    const double lse = m + std::log(se);
+    const double want = (1 - eps) * (lse - z[y]) + eps * (lse - sz / vocab);
+    EXPECT_NEAR(loss[static_cast<size_t>(r)], want, 1e-5 * want) << "row " << r;
+    want_total += want;
+    for (int64_t c = 0; c < vocab; ++c) {
+      const double g = scale * (std::exp(z[c] - lse) - eps / vocab - (c == y ? 1 - eps : 0.0));
+      EXPECT_NEAR(d[static_cast<size_t>(r * vocab + c)], g, 1e-6) << "row " << r << " column " << c;
+    }
+  }
+  EXPECT_NEAR(total, want_total, 1e-5 * want_total);
+
+  const size_t n = 1000;
+  const auto g = randn(n, 41), p = randn(n, 42, 0.1f), m = randn(n, 43, 0.01f);
+  std::vector<float> v = randn(n, 44, 0.01f);
+  for (float& x : v) x *= x;
+  const std::vector<FloatRange> ranges = {{0, 10}, {10, 10}, {10, 999}, {5, 1000}};
+  std::vector<double> sums(ranges.size());
+  ops().sum_squares(ranges.data(), ranges.size(), g.data(), sums.data());
+  for (size_t b = 0; b < ranges.size(); ++b) {
+    double want = 0.0;
+    for (size_t i = ranges[b].begin; i < ranges[b].end; ++i) want += static_cast<double>(g[i]) * g[i];
+    EXPECT_EQ(sums[b], want) << "range " << b;  // the same order: the same double
+  }
+  std::vector<float> x = g;
+  ops().scale(x.data(), n, 0.3f);
+  for (size_t i = 0; i < n; ++i) EXPECT_EQ(x[i], g[i] * 0.3f);
+
+  // Update 3 of AdamW (lr 1e-2, betas 0.9 / 0.95, eps 1e-8, weight decay 0.1).
+  const double lr = 1e-2, b1 = 0.9, b2 = 0.95, ae = 1e-8, wd = 0.1;
+  AdamWStep st;
+  st.beta1 = 0.9f, st.beta2 = 0.95f, st.eps = 1e-8f;
+  st.step_size = static_cast<float>(lr / (1 - b1 * b1 * b1));
+  st.bc2_sqrt = static_cast<float>(std::sqrt(1 - b2 * b2 * b2));
+  st.decay = static_cast<float>(1 - lr * wd);
+  std::vector<float> pp = p, mm = m, vv = v;
+  ops().adamw(pp.data(), g.data(), mm.data(), vv.data(), n, st);
+  for (size_t i = 0; i < n; ++i) {
+    const double m1 = b1 * m[i] + (1 - b1) * g[i], v1 = b2 * v[i] + (1 - b2) * g[i] * g[i];
+    const double want = p[i] * (1 - lr * wd) - lr / (1 - b1 * b1 * b1) * m1 / (std::sqrt(v1 / (1 - b2 * b2 * b2)) + ae);
+    ASSERT_NEAR(mm[i], m1, 1e-6 * (1 + std::fabs(m1))) << i;
+    ASSERT_NEAR(vv[i], v1, 1e-6 * (1 + v1)) << i;
+    ASSERT_NEAR(pp[i], want, 1e-6 * (1 + std::fabs(want))) << i;
+  }
+  ops().zero(pp.data(), n);
+  EXPECT_EQ(pp, std::vector<float>(n, 0.0f));
+}
+
 TEST(BackendOps, AttentionMatchesSoftmaxAndThePagedPathMatchesTheBatchPath) {
   const AttnDims d{4, 2, 8, 6, 1.0f / std::sqrt(8.0f)};
   const std::vector<int32_t> lens = {5, 3};

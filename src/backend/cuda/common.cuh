@@ -1,5 +1,5 @@
 // What every part of the CUDA backend shares (included only by cuda_ops.cu, one translation
-// unit): error checks, launch geometry, warp and block sums, 16-bit loads as f32.
+// unit): error checks, launch geometry, warp and block sums and maxima, 16-bit loads as f32.
 #pragma once
 
 #include <cublas_v2.h>
@@ -30,23 +30,40 @@ constexpr int kMaxPerLane = 8;  // head dims up to 256 in warp registers
 
 unsigned blocks_for(int64_t n) { return static_cast<unsigned>((n + kThreads - 1) / kThreads); }
 
-__device__ float warp_sum(float v) {
-  for (int o = kWarp / 2; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
+struct Add {
+  template <typename T>
+  __device__ T operator()(T a, T b) const { return a + b; }
+};
+struct Max {
+  __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+
+// The warp's values combined by op (xor butterfly: every lane gets the result).
+template <typename T, typename Op>
+__device__ T warp_reduce(T v, Op op) {
+  for (int o = kWarp / 2; o > 0; o /= 2) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
   return v;
 }
 
-// Sum over the block (blockDim.x == kThreads), the same tree every call.
-__device__ float block_sum(float v) {
-  __shared__ float part[kThreads / kWarp];
+// The block's values combined by op (blockDim.x == kThreads): each warp's result, then the
+// warps' in order; the same tree every call, so the same bits.
+template <typename T, typename Op>
+__device__ T block_reduce(T v, Op op) {
+  __shared__ T part[kThreads / kWarp];
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
-  v = warp_sum(v);
+  v = warp_reduce(v, op);
   if (lane == 0) part[warp] = v;
   __syncthreads();
-  float total = 0.0f;
-  for (int i = 0; i < kThreads / kWarp; ++i) total += part[i];
+  T total = part[0];
+  for (int i = 1; i < kThreads / kWarp; ++i) total = op(total, part[i]);
   __syncthreads();
   return total;
 }
+
+__device__ float warp_sum(float v) { return warp_reduce(v, Add{}); }
+__device__ float block_sum(float v) { return block_reduce(v, Add{}); }
+__device__ double block_sum(double v) { return block_reduce(v, Add{}); }
+__device__ float block_max(float v) { return block_reduce(v, Max{}); }
 
 __device__ float to_float(float x) { return x; }
 __device__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }

@@ -1,7 +1,8 @@
 // The CUDA backend: backend::Ops over device memory, one class (CudaOps) over the kernels of
 // kernels.cuh and attention.cuh. Products of few rows (decode) go through the backend's gemv,
 // larger ones through cuBLAS (f32 SGEMM, or GemmEx with the activations rounded to the
-// weights' 16-bit type and f32 accumulation); every other operation is one plain kernel.
+// weights' 16-bit type and f32 accumulation); every other operation is one plain kernel
+// (train_kernels.cuh: the loss, the gradient norm and AdamW of a training step).
 //
 // All work goes to one stream of the backend's. Index arrays arrive in host memory (ops.h);
 // each operation copies what it needs through a pinned staging buffer into device arrays that
@@ -27,6 +28,7 @@
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/kernels.cuh"
 #include "backend/cuda/staging.h"
+#include "backend/cuda/train_kernels.cuh"
 #include "base/error.h"
 #include "base/log.h"
 
@@ -490,6 +492,56 @@ class CudaOps final : public Ops {
                "copy");
   }
 
+  // ---- training: the loss, the gradient norm and the optimizer (kRun only) ----
+  void zero(float* x, size_t n) const override {
+    if (n == 0) return;
+    check_cuda(cudaMemsetAsync(x, 0, n * sizeof(float), stream_), "zero");
+  }
+
+  // The rows' losses come back to the host and are summed there in row order (as the CPU does).
+  double cross_entropy(const float* logits, const int32_t* targets, int64_t rows, int64_t vocab, float label_smoothing,
+                       float grad_scale, float* row_loss, float* dlogits) const override {
+    if (rows == 0) return 0.0;
+    std::lock_guard<std::mutex> lock(mu_);
+    const int32_t* d_targets = upload(targets_, targets, rows);
+    cross_entropy_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream_>>>(logits, d_targets, vocab,
+                                                                               label_smoothing, grad_scale, row_loss,
+                                                                               dlogits);
+    check_launch("cross_entropy");
+    host_loss_.resize(static_cast<size_t>(rows));
+    check_cuda(cudaMemcpyAsync(host_loss_.data(), row_loss, host_loss_.size() * sizeof(float), cudaMemcpyDeviceToHost,
+                               stream_),
+               "cross_entropy: the rows' losses");
+    check_cuda(cudaStreamSynchronize(stream_), "cross_entropy");
+    double total = 0.0;
+    for (float l : host_loss_) total += l;
+    return total;
+  }
+
+  void sum_squares(const FloatRange* ranges, size_t count, const float* x, double* out) const override {
+    if (count == 0) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    const FloatRange* d_ranges = upload(ranges_, ranges, static_cast<int64_t>(count));
+    double* d_out = scratch(sums_, count);
+    sum_squares_kernel<<<static_cast<unsigned>(count), kThreads, 0, stream_>>>(d_ranges, x, d_out);
+    check_launch("sum_squares");
+    check_cuda(cudaMemcpyAsync(out, d_out, count * sizeof(double), cudaMemcpyDeviceToHost, stream_),
+               "sum_squares: the sums");
+    check_cuda(cudaStreamSynchronize(stream_), "sum_squares");
+  }
+
+  void scale(float* x, size_t n, float c) const override {
+    if (n == 0) return;
+    scale_kernel<<<blocks_for(static_cast<int64_t>(n)), kThreads, 0, stream_>>>(x, n, c);
+    check_launch("scale");
+  }
+
+  void adamw(float* p, const float* g, float* m, float* v, size_t n, const AdamWStep& s) const override {
+    if (n == 0) return;
+    adamw_kernel<<<blocks_for(static_cast<int64_t>(n)), kThreads, 0, stream_>>>(p, g, m, v, n, s);
+    check_launch("adamw");
+  }
+
  private:
   // Backward operations and the copies run in kRun only (training never caches its steps).
   bool preparing() const { return mode_ == Mode::kPrepare; }
@@ -588,6 +640,8 @@ class CudaOps final : public Ops {
     slots_.forget();
     queries_.forget();
     doc_pos_.forget();
+    targets_.forget();
+    ranges_.forget();
   }
 
   void drop(CachedStep& step) const {
@@ -628,12 +682,16 @@ class CudaOps final : public Ops {
   mutable DeviceArray<int32_t> ids_, rows_, page_tables_, slots_;
   mutable DeviceArray<QueryDesc> queries_;
   mutable DeviceArray<DocPos> doc_pos_;
+  mutable DeviceArray<int32_t> targets_;
+  mutable DeviceArray<FloatRange> ranges_;
+  mutable DeviceArray<double> sums_;
   mutable DeviceArray<float> row_dot_, partial_;
   mutable DeviceArray<uint16_t> half_x_;
   mutable std::vector<float> host_cos_, host_sin_;
   mutable std::vector<int32_t> host_slots_, host_tables_;
   mutable std::vector<QueryDesc> host_queries_;
   mutable std::vector<DocPos> host_pos_;
+  mutable std::vector<float> host_loss_;
   // Cached decode steps (run_cached).
   mutable std::mutex step_mu_;
   mutable bool graphs_ = true;
