@@ -217,9 +217,10 @@ TEST_P(IsaIdentity, LinearQ8ActivationsEveryFormat) {
 // steps: partial row tiles, partial groups, several row blocks), with raw Q8_0 blocks over the
 // whole int8 range (-128 included) against activations that quantize to +-127.
 TEST_P(IsaIdentity, LinearQ8ActivationsWithAndWithoutVnni) {
-  const char* feature = GetParam() == Isa::kV4 ? "avx512_vnni" : GetParam() == Isa::kV3 ? "avx_vnni" : nullptr;
-  if (!feature) GTEST_SKIP() << "level " << isa_name(GetParam()) << " has no VNNI kernels";
-  if (!cpu_has(feature)) GTEST_SKIP() << "this CPU has no " << feature << " (its VNNI kernels cannot run here)";
+  // VNNI's vpdpbusd on v3 and v4, sdot on neon (qemu-user's default CPU has it).
+  const char* feature = vnni_feature(GetParam());
+  if (!feature) GTEST_SKIP() << "level " << isa_name(GetParam()) << " has no dot-product kernels";
+  if (!cpu_has(feature)) GTEST_SKIP() << "this CPU has no " << feature << " (those kernels cannot run here)";
   ScopedActivations mode(Activations::kQ8);
   struct ScopedVnni {
     explicit ScopedVnni(bool on) : saved(vnni_allowed()) { set_vnni(on); }

@@ -27,13 +27,14 @@ Activations activations();
 Activations parse_activations(const char* name);
 const char* activations_name(Activations a);
 
-// Whether the integer kernels (kQ8) use VNNI's vpdpbusd where the level in use and this CPU have
-// it: AVX-VNNI under v3, AVX-512 VNNI under v4 (never under generic or neon). On by default;
+// Whether the integer kernels (kQ8) use the CPU's 8-bit dot-product instructions where the level
+// in use and this CPU have them: VNNI's vpdpbusd (AVX-VNNI under v3, AVX-512 VNNI under v4) or
+// ARMv8.2's sdot under neon ("asimddp"; never under generic). On by default;
 // ASTRAI_CPU_VNNI=0 (read on first use) or set_vnni(false) turns it off. The integer sums are
 // exact either way, so this changes speed, never bits (the kernel tests compare both).
 void set_vnni(bool on);
 bool vnni_allowed();
-// The VNNI feature the active level's integer kernels use now ("avx512_vnni", "avx_vnni"), or "".
+// The feature the active level's integer kernels use now ("avx512_vnni", "avx_vnni", "asimddp"), or "".
 const char* vnni_in_use();
 
 }  // namespace astrai::kernels

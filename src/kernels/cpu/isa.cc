@@ -196,7 +196,14 @@ bool cpu_has(std::string_view feature) {
   return false;
 }
 
-const char* vnni_feature(Isa isa) { return isa == Isa::kV4 ? "avx512_vnni" : isa == Isa::kV3 ? "avx_vnni" : nullptr; }
+const char* vnni_feature(Isa isa) {
+  switch (isa) {
+    case Isa::kV4: return "avx512_vnni";
+    case Isa::kV3: return "avx_vnni";
+    case Isa::kNeon: return "asimddp";
+    default: return nullptr;
+  }
+}
 
 Isa best_isa() { return cpu_info().supported.back(); }
 

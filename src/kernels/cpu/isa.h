@@ -31,8 +31,9 @@ const CpuInfo& cpu_info();
 const std::vector<Isa>& compiled_isas();
 bool isa_supported(Isa isa);  // compiled in and runnable on this CPU
 bool cpu_has(std::string_view feature);  // `feature` (a name of CpuInfo::features) was detected
-// The VNNI extension a level's integer kernels may use where the CPU has it: "avx_vnni" for v3,
-// "avx512_vnni" for v4, null for the others.
+// The 8-bit dot-product extension ("VNNI" for short, on every CPU) a level's integer kernels may
+// use where the CPU has it: "avx_vnni" for v3, "avx512_vnni" for v4, "asimddp" (ARMv8.2's sdot)
+// for neon, null for generic.
 const char* vnni_feature(Isa isa);
 Isa best_isa();               // the highest supported level
 

@@ -2,7 +2,7 @@
 //
 // Each call quantizes the rows of x once (all threads), then splits the outputs over the threads
 // in groups of 8. The generic level computes one output at a time, as the definition is written;
-// neon too, with each block's integer sums in vectors. x86 levels (v3 and v4 share the AVX2 code) work on tiles of up to 4 rows
+// neon too, with each block's integer sums in vectors (sdot where the CPU has it). x86 levels (v3 and v4 share the AVX2 code) work on tiles of up to 4 rows
 // of x times 8 outputs: per weight block, 32 products per `maddubs` (Q8_0 through the sign trick,
 // the nibble formats directly as unsigned bytes), pairs summed by `madd` (times the sub-block
 // scale for the k-quants), and the 8 outputs' sums reduced together by `hadd` into one vector
@@ -99,127 +99,23 @@ void q4k_scales_mins(const uint8_t* b, uint8_t* out) {
 }
 
 // ---- The definition, one output at a time (generic, neon, and x86's partial groups) ----
-
-// The integer sums of one block's products. They are exact, so any order gives the same value:
-// scalar, as the definition reads, or on neon in vectors (widening multiplies, vmull_s8 +
-// vmlal_high_s8: an int16 lane holds two products, at most 2 * 128 * 127 = 32512, then
-// pairwise widening adds; ARMv8.2's sdot would take fewer instructions but needs a CPU feature
-// check, and is not written).
 #if defined(ASTRAI_ISA_NEON)
-// The 16 products w[e] * x[e], summed in pairs into 4 int32 lanes.
-inline int32x4_t dot16(int8x16_t w, int8x16_t x) {
-  return vpaddlq_s16(vmlal_high_s8(vmull_s8(vget_low_s8(w), vget_low_s8(x)), w, x));
-}
-inline int32_t dot32(int8x16_t w0, int8x16_t w1, const int8_t* x) {
-  return vaddvq_s32(vaddq_s32(dot16(w0, vld1q_s8(x)), dot16(w1, vld1q_s8(x + 16))));
-}
-inline int8x16_t nibbles(uint8x16_t b, int high) {
-  return vreinterpretq_s8_u8(high ? vshrq_n_u8(b, 4) : vandq_u8(b, vdupq_n_u8(15)));
-}
-// Q8_0 / Q4_0: the 32 products of the block at blk with x.
-template <DType T>
-int32_t block_sum(const uint8_t* blk, const int8_t* x) {
-  if constexpr (T == DType::kQ8_0) {
-    const int8_t* w = reinterpret_cast<const int8_t*>(blk + 2);
-    return dot32(vld1q_s8(w), vld1q_s8(w + 16), x);
-  } else {
-    const uint8x16_t q = vld1q_u8(blk + 2);
-    const int8x16_t eight = vdupq_n_s8(8);
-    return dot32(vsubq_s8(nibbles(q, 0), eight), vsubq_s8(nibbles(q, 1), eight), x);
-  }
-}
-// Q4_K: sub-block j's 32 nibbles times x[0, 32).
-int32_t q4k_sub_sum(const uint8_t* blk, int j, const int8_t* x) {
-  const uint8_t* qs = blk + kQ4KQuantsAt + j / 2 * 32;
-  return dot32(nibbles(vld1q_u8(qs), j % 2), nibbles(vld1q_u8(qs + 16), j % 2), x);
-}
-// Q5_K: sub-block j's 32 quants (nibbles and the fifth bit, bit j of qh) times x[0, 32).
-int32_t q5k_sub_sum(const uint8_t* blk, int j, const int8_t* x) {
-  const uint8_t* qs = blk + kQ5KQuantsAt + j / 2 * 32;
-  const uint8_t* qh = blk + kQ5KHighAt;
-  const auto quants = [&](int o) {
-    const uint8x16_t fifth = vshlq_n_u8(vandq_u8(vshlq_u8(vld1q_u8(qh + o), vdupq_n_s8(static_cast<int8_t>(-j))), vdupq_n_u8(1)), 4);
-    return vorrq_s8(nibbles(vld1q_u8(qs + o), j % 2), vreinterpretq_s8_u8(fifth));
-  };
-  return dot32(quants(0), quants(16), x);
-}
-// Q6_K: s[g] = the 16 products of group g (quants - 32) with x, g < 16.
-void q6k_group_sums(const uint8_t* blk, const int8_t* x, int32_t* s) {
-  int8_t q[256];
-  q6k_unpack(blk, q);
-  for (int g = 0; g < 16; ++g) s[g] = vaddvq_s32(dot16(vld1q_s8(q + 16 * g), vld1q_s8(x + 16 * g)));
-}
+// neon: with widening multiplies, and with ARMv8.2's dot product (sdot) for CPUs that have it
+// (use_vnni below; the same exact integer sums, so the same bits).
+namespace widen {
+#include "kernels/cpu/linear_int8_ref.inc"
+}  // namespace widen
+ASTRAI_PRAGMA(GCC push_options)
+ASTRAI_PRAGMA(GCC target("arch=armv8.2-a+dotprod"))
+namespace sdot {
+#define ASTRAI_NEON_SDOT 1
+#include "kernels/cpu/linear_int8_ref.inc"
+#undef ASTRAI_NEON_SDOT
+}  // namespace sdot
+ASTRAI_PRAGMA(GCC pop_options)
 #else
-template <DType T>
-int32_t block_sum(const uint8_t* blk, const int8_t* x) {
-  int32_t s = 0;
-  for (int e = 0; e < kQBlock; ++e) {
-    const int wq = T == DType::kQ8_0 ? static_cast<int8_t>(blk[2 + e]) : ((blk[2 + e % 16] >> (e / 16 * 4)) & 15) - 8;
-    s += wq * x[e];
-  }
-  return s;
-}
-int32_t q4k_sub_sum(const uint8_t* blk, int j, const int8_t* x) {
-  int32_t s = 0;
-  for (int e = 0; e < 32; ++e) s += ((blk[kQ4KQuantsAt + j / 2 * 32 + e] >> (j % 2 * 4)) & 15) * x[e];
-  return s;
-}
-int32_t q5k_sub_sum(const uint8_t* blk, int j, const int8_t* x) {
-  int32_t s = 0;
-  for (int e = 0; e < 32; ++e) s += q5_k_quant(blk, 32 * j + e) * x[e];
-  return s;
-}
-void q6k_group_sums(const uint8_t* blk, const int8_t* x, int32_t* s) {
-  for (int g = 0; g < 16; ++g) {
-    s[g] = 0;
-    for (int e = 16 * g; e < 16 * g + 16; ++e) s[g] += (q6_k_quant(blk, e) - 32) * x[e];
-  }
-}
+#include "kernels/cpu/linear_int8_ref.inc"
 #endif
-
-// Row `wr` of W (nb blocks) against activation row i.
-template <DType T>
-float dot_ref(const uint8_t* wr, const ActRows& a, int64_t i, int64_t nb) {
-  const int8_t* xq = a.q + i * a.k;
-  const float* dx = a.d + i * (a.k / a.block);
-  float acc = 0.0f;
-  for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* blk = wr + b * block_bytes(T);
-    if constexpr (T == DType::kQ8_0 || T == DType::kQ4_0) {
-      const int32_t s = block_sum<T>(blk, xq + b * kQBlock);
-      acc = std::fma(f16_at(blk) * dx[b], static_cast<float>(s), acc);
-    } else if constexpr (T == DType::kQ4_K || T == DType::kQ5_K) {
-      const int8_t* x = xq + b * kQKBlock;
-      const int16_t* xs = a.s32 + i * (a.k / 32) + b * 8;
-      uint8_t sm[16];
-      q4k_scales_mins(blk, sm);
-      int32_t sa = 0, sb = 0;
-      for (int j = 0; j < 8; ++j) {
-        sa += sm[j] * (T == DType::kQ4_K ? q4k_sub_sum(blk, j, x + 32 * j) : q5k_sub_sum(blk, j, x + 32 * j));
-        sb += sm[8 + j] * xs[j];
-      }
-      acc = std::fma(f16_at(blk) * dx[b], static_cast<float>(sa), acc);
-      acc = std::fma(f16_at(blk + 2) * dx[b], -static_cast<float>(sb), acc);
-    } else {  // Q6_K
-      int32_t s[16];
-      q6k_group_sums(blk, xq + b * kQKBlock, s);
-      int32_t sa = 0;
-      for (int g = 0; g < 16; ++g) sa += static_cast<int8_t>(blk[kQ6KScalesAt + g]) * s[g];
-      acc = std::fma(f16_at(blk + kQ6KDAt) * dx[b], static_cast<float>(sa), acc);
-    }
-  }
-  return acc;
-}
-
-template <DType T>
-void outputs_ref(const ActRows& a, int64_t i0, int64_t rows, const uint8_t* w, int64_t nr, int64_t nb,
-                 const float* bias, float* y, int64_t ldy) {
-  for (int64_t i = i0; i < i0 + rows; ++i)
-    for (int64_t c = 0; c < nr; ++c) {
-      const float s = dot_ref<T>(w + c * nb * block_bytes(T), a, i, nb);
-      y[i * ldy + c] = bias ? s + bias[c] : s;
-    }
-}
 
 constexpr int kTileRows = 4;  // rows of x per x86 tile; more go through interleaved steps
 
@@ -1015,6 +911,21 @@ void outputs(const ActRows& a, int64_t i0, int64_t i1, const uint8_t* w, int64_t
   }
 }
 
+#elif defined(ASTRAI_ISA_NEON)
+
+// sdot where the CPU has the dot product extension ("asimddp") and ASTRAI_CPU_VNNI allows it.
+bool use_vnni() {
+  static const bool has = cpu_has(vnni_feature(Isa::kNeon));
+  return has && vnni_allowed();
+}
+
+template <DType T>
+void outputs(const ActRows& a, int64_t i0, int64_t i1, const uint8_t* w, int64_t nr, int64_t nb, const float* bias,
+             float* y, int64_t ldy, const uint8_t*) {
+  if (a.vnni) sdot::outputs_ref<T>(a, i0, i1 - i0, w, nr, nb, bias, y, ldy);
+  else widen::outputs_ref<T>(a, i0, i1 - i0, w, nr, nb, bias, y, ldy);
+}
+
 #else
 
 bool use_vnni() { return false; }
@@ -1027,6 +938,11 @@ void outputs(const ActRows& a, int64_t i0, int64_t i1, const uint8_t* w, int64_t
 
 #endif
 
+#if defined(ASTRAI_ISA_V3) || defined(ASTRAI_ISA_V4)
+constexpr bool kUnsignedQ8 = true;
+#else
+constexpr bool kUnsignedQ8 = false;
+#endif
 constexpr int64_t kOutGroup = 8;   // outputs per tile
 constexpr int64_t kRowBlock = 64;  // rows of x per pass over a thread's W rows (their q stay in L2)
 
@@ -1038,7 +954,8 @@ void linear_int8_typed(const float* x, int64_t m, const WeightView& w, const flo
   thread_local std::vector<int64_t> storage;
   const size_t q_bytes = static_cast<size_t>(m * k), d_bytes = static_cast<size_t>(m * (k / block)) * 4;
   const size_t s16_bytes = static_cast<size_t>(m * (k / 16)) * 2, s32_bytes = static_cast<size_t>(m * (k / 32)) * 2;
-  const bool vnni = use_vnni(), unsigned_q = T == DType::kQ8_0 && vnni && m > kTileRows;
+  // Q8_0's VNNI tiles (x86) take the activations as unsigned bytes too.
+  const bool vnni = use_vnni(), unsigned_q = kUnsignedQ8 && T == DType::kQ8_0 && vnni && m > kTileRows;
   const size_t total = q_bytes * (unsigned_q ? 2 : 1) + d_bytes + s16_bytes + s32_bytes + 64;
   if (storage.size() * 8 < total) storage.resize(total / 8 + 1);
   uint8_t* base = reinterpret_cast<uint8_t*>(storage.data());
