@@ -18,12 +18,14 @@
 #   scripts/gpu-check.sh --pack DIR      build here and copy the test binaries, `astrai` with its
 #                                        CUDA module, and the shared libraries they need (not the
 #                                        CUDA driver's or cuBLAS) into DIR, for a GPU machine
-#                                        without the project's build deps
+#                                        without the project's build deps; with the model and
+#                                        shards below too (DIR/model, DIR/data) when they exist
 #   ASTRAI_GPU_PREBUILT=DIR scripts/gpu-check.sh
 #                                        run the packed binaries from DIR
-# The model for steps 3 and 4: $ASTRAI_GPU_MODEL, else runs/demo/model (trained by
-# scripts/demo.sh with 400 updates when missing and the script builds); the shards for step 4:
-# $ASTRAI_GPU_DATA, else runs/demo/data. A missing model or data fails the check.
+# The model for steps 3 and 4: $ASTRAI_GPU_MODEL, else DIR/model when prebuilt, else
+# runs/demo/model (trained by scripts/demo.sh with 400 updates when missing and the script
+# builds); the shards for step 4: $ASTRAI_GPU_DATA, else DIR/data, else runs/demo/data. A missing
+# model or data fails the check.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -43,6 +45,10 @@ if [ "${1:-}" = --pack ]; then
   ldd "$dir/backend_tests" "$dir/model_tests" "$dir/train_tests" "$dir/astrai" "$dir/libastrai_cuda.so" | awk '/=> \// {print $3}' | sort -u |
     grep -v -E '/(libc|libm|libdl|librt|libpthread|libresolv|libutil|libanl|libnsl|ld-linux[^/]*)\.so|libcuda\.so|libcublas' |
     while read -r lib; do cp -L "$lib" "$dir/"; done
+  model=${ASTRAI_GPU_MODEL:-runs/demo/model}
+  data=${ASTRAI_GPU_DATA:-runs/demo/data}
+  if [ -f "$model/model.safetensors" ]; then rm -rf "$dir/model" && cp -r "$model" "$dir/model"; fi
+  if [ -f "$data/meta.json" ]; then rm -rf "$dir/data" && cp -r "$data" "$dir/data"; fi
   echo "packed into $dir: $(ls "$dir" | tr '\n' ' ')"
   exit 0
 fi
@@ -82,8 +88,10 @@ run_tests model_tests '*CudaForward.*:CudaDecodeGraphs.*'
 run_tests train_tests 'CudaTraining.*'
 [ $status = 0 ] && echo "gpu-check: every CUDA op, forward and training step agrees with the CPU backend"
 
-model=${ASTRAI_GPU_MODEL:-runs/demo/model}
-data=${ASTRAI_GPU_DATA:-runs/demo/data}
+model=${ASTRAI_GPU_MODEL:-${ASTRAI_GPU_PREBUILT:+$ASTRAI_GPU_PREBUILT/model}}
+model=${model:-runs/demo/model}
+data=${ASTRAI_GPU_DATA:-${ASTRAI_GPU_PREBUILT:+$ASTRAI_GPU_PREBUILT/data}}
+data=${data:-runs/demo/data}
 if [ -n "${ASTRAI_GPU_PREBUILT:-}" ]; then
   astrai_bin=$ASTRAI_GPU_PREBUILT/astrai
   generate_check=$ASTRAI_GPU_PREBUILT/gpu-generate-check.py
