@@ -2,9 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 
 #include "base/error.h"
+#include "kernels/cpu/softmax.h"
 
 namespace astrai::infer {
 
@@ -44,29 +44,124 @@ void validate_sampling(const SamplingParams& p, int32_t vocab) {
   for (const auto& s : p.stop_strings) ASTRAI_CHECK(!s.empty(), "stop strings must not be empty");
 }
 
+namespace {
+
+// Σ w[i] in double over 8 interleaved chains added in a fixed order: the same value every call,
+// about 8x faster than one chain of dependent adds.
+double sum8(const float* w, int64_t n) {
+  double part[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int j = 0; j < 8; ++j) part[j] += w[i + j];
+  const int64_t rest = n - i;  // < 8
+  for (int j = 0; j < 8 && j < rest; ++j) part[j] += w[i + j];
+  return ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
+}
+
+// max of w[0, n) (n >= 1) over 8 chains (max is exact, so any order gives the same value; NaNs
+// are skipped as std::max skips them).
+float max8(const float* w, int64_t n) {
+  float m[8];
+  for (int j = 0; j < 8; ++j) m[j] = w[0];
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int j = 0; j < 8; ++j) m[j] = w[i + j] > m[j] ? w[i + j] : m[j];
+  for (; i < n; ++i) m[0] = w[i] > m[0] ? w[i] : m[0];
+  float r = m[0];
+  for (int j = 1; j < 8; ++j) r = m[j] > r ? m[j] : r;
+  return r;
+}
+
+// Σ of the weights >= thr (in double, 4 chains) and their count.
+double mass_at_least(const float* w, int64_t n, float thr, int64_t* count) {
+  double a = 0, b = 0, c = 0, d = 0;
+  int64_t k = 0, i = 0;
+  for (; i + 4 <= n; i += 4) {
+    a += w[i] >= thr ? w[i] : 0.0f;
+    b += w[i + 1] >= thr ? w[i + 1] : 0.0f;
+    c += w[i + 2] >= thr ? w[i + 2] : 0.0f;
+    d += w[i + 3] >= thr ? w[i + 3] : 0.0f;
+    k += (w[i] >= thr) + (w[i + 1] >= thr) + (w[i + 2] >= thr) + (w[i + 3] >= thr);
+  }
+  for (; i < n; ++i) {
+    a += w[i] >= thr ? w[i] : 0.0f;
+    k += w[i] >= thr;
+  }
+  *count = k;
+  return (a + b) + (c + d);
+}
+
+// Positions per block of the draw's scan (draw below).
+constexpr int64_t kDrawBlock = 256;
+
+// The index i with prefix(i) <= target < prefix(i + 1) over the weights w (the last one when
+// target reaches the total): block sums (sum8) first, then one block scanned element by element.
+int32_t draw(const float* w, int64_t n, double target) {
+  double cum = 0;
+  int64_t b = 0;
+  for (; b + kDrawBlock < n; b += kDrawBlock) {
+    const double s = sum8(w + b, kDrawBlock);
+    if (target < cum + s) break;
+    cum += s;
+  }
+  const int64_t end = std::min(n, b + kDrawBlock);
+  for (int64_t i = b; i < end; ++i) {
+    cum += w[i];
+    if (target < cum) return static_cast<int32_t>(i);
+  }
+  // target within rounding of the total: the last token that has any weight.
+  int64_t last = end - 1;
+  while (last > 0 && !(w[last] > 0.0f)) --last;
+  return static_cast<int32_t>(last);
+}
+
+// The n best (value desc, id asc) of logits into ids, best first; one pass: an element enters
+// only when it beats the current n-th (ids are scanned in increasing order, so on equal values
+// the one already held stays ahead).
+void top_ids(const float* logits, int32_t vocab, int32_t n, std::vector<int32_t>* ids) {
+  ids->clear();
+  if (n <= 0) return;
+  for (int32_t i = 0; i < vocab; ++i) {
+    const float v = logits[i];
+    if (static_cast<int32_t>(ids->size()) == n && !(v > logits[ids->back()])) continue;
+    if (static_cast<int32_t>(ids->size()) < n) ids->push_back(i);
+    else ids->back() = i;
+    for (size_t j = ids->size() - 1; j > 0 && logits[(*ids)[j - 1]] < v; --j) std::swap((*ids)[j - 1], (*ids)[j]);
+  }
+}
+
+// exp of each (logits[i] - shift) * scale into out (kernels::exp_values: the kernels' own exp,
+// the same bits on every CPU level). Arguments below -87, where that exp stops at ~1e-38 (and
+// -inf: a token banned by logit_bias), give exactly 0.
+void shifted_exp(const float* logits, int32_t vocab, float shift, float scale, float* out) {
+  for (int32_t i = 0; i < vocab; ++i) out[i] = (logits[i] - shift) * scale;
+  kernels::exp_values(out, vocab, out);
+  for (int32_t i = 0; i < vocab; ++i)
+    if (!((logits[i] - shift) * scale >= -87.0f)) out[i] = 0.0f;
+}
+
+}  // namespace
+
 float Sampler::log_sum_exp(const float* logits, int32_t vocab) {
-  float mx = -std::numeric_limits<float>::infinity();
-  for (int32_t i = 0; i < vocab; ++i) mx = std::max(mx, logits[i]);
-  double sum = 0;
-  for (int32_t i = 0; i < vocab; ++i) sum += std::exp(double(logits[i]) - mx);
-  return mx + static_cast<float>(std::log(sum));
+  thread_local std::vector<float> e;  // grown once per thread
+  const float mx = max8(logits, vocab);
+  e.resize(static_cast<size_t>(vocab));
+  shifted_exp(logits, vocab, mx, 1.0f, e.data());
+  return mx + static_cast<float>(std::log(sum8(e.data(), vocab)));
 }
 
 TokenLogprob Sampler::logprob_of(const float* logits, int32_t vocab, int32_t token, int32_t top_n,
                                  std::vector<int32_t>* scratch) {
-  const float lse = log_sum_exp(logits, vocab);
+  return logprob_with(logits, vocab, token, top_n, log_sum_exp(logits, vocab), scratch);
+}
+
+TokenLogprob Sampler::logprob_with(const float* logits, int32_t vocab, int32_t token, int32_t top_n, float lse,
+                                   std::vector<int32_t>* scratch) {
   TokenLogprob out;
   out.id = token;
   out.logprob = logits[token] - lse;
-  if (top_n > 0) {
-    const int32_t n = std::min(top_n, vocab);
-    scratch->resize(vocab);
-    for (int32_t i = 0; i < vocab; ++i) (*scratch)[i] = i;
-    std::partial_sort(scratch->begin(), scratch->begin() + n, scratch->end(), [&](int32_t a, int32_t b) {
-      return logits[a] != logits[b] ? logits[a] > logits[b] : a < b;
-    });
-    for (int32_t i = 0; i < n; ++i) out.top.emplace_back((*scratch)[i], logits[(*scratch)[i]] - lse);
-  }
+  top_ids(logits, vocab, std::min(top_n, vocab), scratch);
+  for (int32_t id : *scratch) out.top.emplace_back(id, logits[id] - lse);
   return out;
 }
 
@@ -77,8 +172,8 @@ SampleOutput Sampler::sample(float* logits, int32_t vocab, const SamplingParams&
   // token listed in both has the same value in both.
   float lse = 0.0f;
   if (p.logprobs >= 0) {
-    out.logprob = logprob_of(logits, vocab, 0, p.logprobs, &idx_);
     lse = log_sum_exp(logits, vocab);
+    out.logprob = logprob_with(logits, vocab, 0, p.logprobs, lse, &idx_);
     raw_.assign(logits, logits + vocab);
   }
 
@@ -94,68 +189,67 @@ SampleOutput Sampler::sample(float* logits, int32_t vocab, const SamplingParams&
   int32_t token = 0;
   if (p.temperature == 0.0f) {
     // Greedy; ties go to the lowest id so the result never depends on scan order.
-    float best = logits[0];
-    for (int32_t i = 1; i < vocab; ++i)
-      if (logits[i] > best) best = logits[i], token = i;
+    const float best = max8(logits, vocab);  // NaN only when logits[0] is (then token 0, as ever)
+    if (best == best)
+      while (token < vocab - 1 && !(logits[token] == best)) ++token;
   } else {
     const float inv_t = 1.0f / p.temperature;
-    float mx = -std::numeric_limits<float>::infinity();
-    for (int32_t i = 0; i < vocab; ++i) mx = std::max(mx, logits[i]);
+    const float mx = max8(logits, vocab);
     probs_.resize(vocab);
-    for (int32_t i = 0; i < vocab; ++i) probs_[i] = std::exp((logits[i] - mx) * inv_t);  // max -> 1
-    // Candidates, best first only where an ordering is needed.
-    idx_.clear();
+    shifted_exp(logits, vocab, mx, inv_t, probs_.data());  // the best -> 1
     const bool need_sort = p.top_k > 0 || p.top_p < 1.0f;
-    double total = 0;
-    for (int32_t i = 0; i < vocab; ++i) total += probs_[i];
     // min-p: drop tokens below min_p times the best (the best has probability weight 1).
     const float floor_w = p.min_p > 0.0f ? p.min_p : 0.0f;
-    if (need_sort) {
-      // Only tokens with weight >= a threshold can be in the top-k / nucleus; lower the
-      // threshold geometrically until the kept set is big enough, then sort just that set.
-      const double need_mass = p.top_p < 1.0f ? p.top_p * total : 0.0;
-      const int32_t need_count = p.top_k > 0 ? std::min(p.top_k, vocab) : 1;
-      float thr = 0.5f;
-      while (true) {
-        double mass = 0;
-        int32_t count = 0;
-        for (int32_t i = 0; i < vocab; ++i)
-          if (probs_[i] >= thr) mass += probs_[i], ++count;
-        if ((mass >= need_mass && count >= need_count) || thr == 0.0f) break;
-        thr = thr < 1e-30f ? 0.0f : thr * 0.125f;
-      }
-      for (int32_t i = 0; i < vocab; ++i)
-        if (probs_[i] >= thr && probs_[i] >= floor_w) idx_.push_back(i);
-      std::sort(idx_.begin(), idx_.end(), [&](int32_t a, int32_t b) {
-        return probs_[a] != probs_[b] ? probs_[a] > probs_[b] : a < b;
-      });
-      if (p.top_k > 0 && int32_t(idx_.size()) > p.top_k) idx_.resize(p.top_k);
-      if (p.top_p < 1.0f) {
-        double kept = 0;
-        for (int32_t i : idx_) kept += probs_[i];
-        // Nucleus within what survived top-k / min-p (renormalised, as in HF's warper order).
-        double cum = 0;
-        size_t keep = 0;
-        while (keep < idx_.size()) {
-          cum += probs_[idx_[keep++]];
-          if (cum >= p.top_p * kept) break;
-        }
-        idx_.resize(std::max<size_t>(keep, 1));
-      }
+    if (!need_sort && floor_w == 0.0f) {
+      // Every token is a candidate: one draw over all the weights.
+      token = draw(probs_.data(), vocab, st.rng.uniform() * sum8(probs_.data(), vocab));
     } else {
-      for (int32_t i = 0; i < vocab; ++i)
-        if (probs_[i] >= floor_w) idx_.push_back(i);
-    }
-    double mass = 0;
-    for (int32_t i : idx_) mass += probs_[i];
-    const double u = st.rng.uniform() * mass;
-    double cum = 0;
-    token = idx_.back();
-    for (int32_t i : idx_) {
-      cum += probs_[i];
-      if (u < cum) {
-        token = i;
-        break;
+      idx_.clear();
+      if (need_sort) {
+        // Only tokens with weight >= a threshold can be in the top-k / nucleus; lower the
+        // threshold geometrically until the kept set is big enough, then sort just that set.
+        const double need_mass = p.top_p < 1.0f ? p.top_p * sum8(probs_.data(), vocab) : 0.0;
+        const int32_t need_count = p.top_k > 0 ? std::min(p.top_k, vocab) : 1;
+        float thr = 0.5f;
+        while (true) {
+          int64_t count = 0;
+          const double mass = mass_at_least(probs_.data(), vocab, thr, &count);
+          if ((mass >= need_mass && count >= need_count) || thr == 0.0f) break;
+          thr = thr < 1e-30f ? 0.0f : thr * 0.125f;
+        }
+        for (int32_t i = 0; i < vocab; ++i)
+          if (probs_[i] >= thr && probs_[i] >= floor_w) idx_.push_back(i);
+        std::sort(idx_.begin(), idx_.end(), [&](int32_t a, int32_t b) {
+          return probs_[a] != probs_[b] ? probs_[a] > probs_[b] : a < b;
+        });
+        if (p.top_k > 0 && int32_t(idx_.size()) > p.top_k) idx_.resize(p.top_k);
+        if (p.top_p < 1.0f) {
+          double kept = 0;
+          for (int32_t i : idx_) kept += probs_[i];
+          // Nucleus within what survived top-k / min-p (renormalised, as in HF's warper order).
+          double cum = 0;
+          size_t keep = 0;
+          while (keep < idx_.size()) {
+            cum += probs_[idx_[keep++]];
+            if (cum >= p.top_p * kept) break;
+          }
+          idx_.resize(std::max<size_t>(keep, 1));
+        }
+      } else {
+        for (int32_t i = 0; i < vocab; ++i)
+          if (probs_[i] >= floor_w) idx_.push_back(i);
+      }
+      double mass = 0;
+      for (int32_t i : idx_) mass += probs_[i];
+      const double u = st.rng.uniform() * mass;
+      double cum = 0;
+      token = idx_.back();
+      for (int32_t i : idx_) {
+        cum += probs_[i];
+        if (u < cum) {
+          token = i;
+          break;
+        }
       }
     }
   }

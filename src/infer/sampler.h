@@ -35,10 +35,15 @@ class Sampler {
  public:
   // `logits` (vocab floats) is modified in place.
   SampleOutput sample(float* logits, int32_t vocab, const SamplingParams& params, SamplerState& state);
-  // Log-softmax of raw logits: the chosen token's logprob and the top n alternatives.
+  // Log-softmax of raw logits: the chosen token's logprob and the top n alternatives (best
+  // first; equal logits by lower id).
   static TokenLogprob logprob_of(const float* logits, int32_t vocab, int32_t token, int32_t top_n,
                                  std::vector<int32_t>* scratch);
-  // log Σ exp(logits[i]) (the max taken out, the sum in double): what every logprob subtracts.
+  // The same given lse = log_sum_exp(logits, vocab).
+  static TokenLogprob logprob_with(const float* logits, int32_t vocab, int32_t token, int32_t top_n, float lse,
+                                   std::vector<int32_t>* scratch);
+  // log Σ exp(logits[i]): the max taken out, exp by the kernels' own (kernels::exp_values), the
+  // sum in double: what every logprob subtracts.
   static float log_sum_exp(const float* logits, int32_t vocab);
 
  private:

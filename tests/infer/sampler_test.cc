@@ -1,6 +1,8 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <random>
 #include <set>
@@ -156,6 +158,54 @@ TEST(Sampler, ChosenLogprobEqualsItsTopEntry) {
       }
     }
   }
+}
+
+// Temperature sampling draws each token with its softmax(logits / T) probability: 200000
+// seeded draws over 700 tokens (the draw scans blocks of 256 weights, so three blocks), every
+// token's frequency within 5 standard deviations of the probability computed here in double,
+// and a token banned by logit_bias (-inf) or far below the rest never drawn.
+TEST(Sampler, TemperatureDrawsFollowTheSoftmax) {
+  const int32_t V = 700;
+  std::vector<float> l(V);
+  for (int32_t i = 0; i < V; ++i) l[i] = 2.0f * std::sin(0.37f * i) + 0.002f * i;
+  l[650] = -1000.0f;
+  auto p = params(0.8f);
+  p.logit_bias = {{5, -std::numeric_limits<float>::infinity()}};
+  std::vector<double> want(V);
+  double z = 0;
+  for (int32_t i = 0; i < V; ++i) z += want[i] = (i == 5 || i == 650) ? 0.0 : std::exp(double(l[i]) / 0.8);
+  const int draws = 200000;
+  auto h = histogram(l, p, draws, 11);
+  EXPECT_EQ(h.count(5), 0u);
+  EXPECT_EQ(h.count(650), 0u);
+  for (int32_t i = 0; i < V; ++i) {
+    const double q = want[i] / z, sd = std::sqrt(draws * q * (1 - q));
+    EXPECT_NEAR(h[i], draws * q, 5 * sd + 1) << "token " << i;
+  }
+}
+
+// The top alternatives are the best logits, equal ones by lower id, and every logprob is the
+// logit minus log Σ exp (within 1e-6 of that sum taken in double here).
+TEST(Sampler, TopLogprobsAreTheBestAndSumToOne) {
+  std::vector<float> l(3000);
+  std::mt19937 rng(3);
+  std::normal_distribution<float> nd(0.0f, 2.0f);
+  for (auto& x : l) x = nd(rng);
+  l[17] = l[2999] = l[400] = 9.0f;  // a three-way tie at the top: 17, 400, 2999
+  std::vector<int32_t> scratch;
+  const TokenLogprob out = Sampler::logprob_of(l.data(), 3000, 5, 20, &scratch);
+  std::vector<int32_t> order(3000);
+  for (int32_t i = 0; i < 3000; ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return l[a] > l[b]; });
+  double mx = 9.0, sum = 0;
+  for (float x : l) sum += std::exp(double(x) - mx);
+  const double lse = mx + std::log(sum);
+  ASSERT_EQ(out.top.size(), 20u);
+  for (size_t k = 0; k < 20; ++k) {
+    EXPECT_EQ(out.top[k].first, order[k]) << "rank " << k;
+    EXPECT_NEAR(out.top[k].second, l[order[k]] - lse, 1e-6) << "rank " << k;
+  }
+  EXPECT_NEAR(out.logprob, l[5] - lse, 1e-6);
 }
 
 TEST(Sampler, ValidationNamesTheField) {
