@@ -1,5 +1,7 @@
 #include "infer/engine.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <chrono>
 #include <random>
@@ -382,11 +384,37 @@ std::string Engine::Impl::drain_text(Sequence* seq, FinishReason* finish) {
   return out + seq->text->flush();
 }
 
+void Engine::Impl::presample_rows() {
+  presampled_.assign(items_.size(), 0);
+  sampled_.resize(items_.size());
+  presample_items_.clear();
+  for (size_t i = 0; i < items_.size(); ++i) {
+    const Sequence* seq = items_[i].seq;
+    if (items_[i].sample && !seq->finished && (seq->req->request.sampling.n == 1 || seq->req->forked))
+      presample_items_.push_back(i);
+  }
+  if (presample_items_.empty()) return;
+  thread_samplers_.resize(static_cast<size_t>(std::max(1, num_threads())));
+  const int32_t vocab = runner_.vocab();
+  parallel_for(0, static_cast<int64_t>(presample_items_.size()), [&](int64_t j) {
+    const size_t i = presample_items_[static_cast<size_t>(j)];
+    Sequence* seq = items_[i].seq;
+    // The item's last row (all-row items: prompt logprobs read only the rows before it).
+    float* row = const_cast<float*>(runner_.logits(i)) +
+                 (items_[i].all_rows ? size_t(items_[i].num_tokens - 1) * vocab : 0);
+    Sampler& sampler = thread_samplers_[static_cast<size_t>(omp_get_thread_num()) % thread_samplers_.size()];
+    sampled_[i] = sampler.sample(row, vocab, seq->req->request.sampling, seq->sampler);
+    presampled_[i] = 1;
+  });
+}
+
 void Engine::Impl::sample(Sequence* seq, float* logits) {
+  apply_sample(seq, sampler_.sample(logits, runner_.vocab(), seq->req->request.sampling, seq->sampler));
+}
+
+void Engine::Impl::apply_sample(Sequence* seq, const SampleOutput& out) {
   RequestState* req = seq->req;
   const SamplingParams& p = req->request.sampling;
-  const int32_t vocab = runner_.vocab();
-  SampleOutput out = sampler_.sample(logits, vocab, p, seq->sampler);
   seq->tokens.push_back(out.token);
   seq->result.token_ids.push_back(out.token);
   if (p.logprobs >= 0) seq->result.logprobs.push_back(out.logprob);
@@ -451,6 +479,7 @@ void Engine::Impl::step() {
     stats_.forward_profile = backend_->profile();
   }
   scheduler_.commit_step();
+  presample_rows();
   uint64_t sampled = 0;  // tokens generated this step, for stats
   for (size_t i = 0; i < items_.size(); ++i) {
     Sequence* seq = items_[i].seq;
@@ -461,6 +490,11 @@ void Engine::Impl::step() {
       rows += size_t(items_[i].num_tokens - 1) * runner_.vocab();
     }
     if (!items_[i].sample) continue;
+    if (presampled_[i]) {
+      apply_sample(seq, sampled_[i]);
+      ++sampled;
+      continue;
+    }
     float* row = const_cast<float*>(rows);
     if (seq->req->request.sampling.n > 1 && !seq->req->forked) {
       fork(seq);

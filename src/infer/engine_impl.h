@@ -55,6 +55,12 @@ class Engine::Impl {
   void fork(Sequence* parent);
   // Samples the next token of `seq` from `logits` and streams the result.
   void sample(Sequence* seq, float* logits);
+  // Streams a token sampled for `seq` (sample, or presample_rows).
+  void apply_sample(Sequence* seq, const SampleOutput& out);
+  // Samples, over the threads, the rows of this step's items whose choice samples alone (not
+  // about to fork): each row has its own RNG and state, so the tokens do not depend on the
+  // threads. presampled_[i] tells which items got one (in sampled_[i]).
+  void presample_rows();
   std::string drain_text(Sequence* seq, FinishReason* finish);
   void prompt_logprobs(Sequence* seq, int32_t first_index, int32_t rows, const float* logits);
   void finish_sequence(Sequence* seq, FinishReason reason, ChoiceDelta* delta);
@@ -69,6 +75,10 @@ class Engine::Impl {
   Scheduler scheduler_;
   Runner runner_;
   Sampler sampler_;
+  std::vector<Sampler> thread_samplers_;  // presample_rows: one per thread (their scratch)
+  std::vector<size_t> presample_items_;
+  std::vector<uint8_t> presampled_;
+  std::vector<SampleOutput> sampled_;
   std::vector<float> row_copy_;
   std::vector<StepItem> items_;
   std::unordered_map<RequestState*, Active> active_;

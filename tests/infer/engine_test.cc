@@ -7,6 +7,7 @@
 #include <random>
 #include <thread>
 
+#include "base/parallel.h"
 #include "infer/engine.h"
 #include "fake_model.h"
 
@@ -359,6 +360,43 @@ TEST(Engine, SeedGivesSameOutputWhateverTheBatch) {
   EXPECT_NE(alone.choices[0].token_ids, other_seed.choices[0].token_ids);
   for (auto& o : others) o.wait();
   expect_pool_full(*rig.engine);
+}
+
+// The rows of a step are sampled over the engine's threads (presample_rows): the tokens of 12
+// seeded choices (temperature, top-k, top-p, logprobs, n = 2) decoded together are the same with
+// 1, 2 and 3 threads.
+TEST(Engine, SampledTokensDoNotDependOnTheThreads) {
+  auto run = [](int threads) {
+    const int saved = astrai::num_threads();
+    astrai::set_num_threads(threads);
+    auto rig = make_engine(small(4, 4096, 256));
+    astrai::set_num_threads(saved);
+    std::mt19937 rng(21);
+    std::vector<RequestHandle> handles;
+    std::atomic<bool> all_queued{false};
+    rig.model->before_forward = [&](const astrai::model::Batch&) {
+      while (!all_queued.load()) std::this_thread::yield();
+    };
+    for (int i = 0; i < 12; ++i) {
+      GenerationRequest r = greedy(random_prompt(rng, 5 + i), 20);
+      r.sampling.temperature = 0.6f + 0.1f * (i % 5);
+      r.sampling.top_k = i % 3 == 0 ? 40 : 0;
+      r.sampling.top_p = i % 4 == 1 ? 0.9f : 1.0f;
+      r.sampling.logprobs = i % 2 ? 3 : -1;
+      r.sampling.n = i == 7 ? 2 : 1;
+      r.sampling.seed = 100 + i;
+      handles.push_back(rig.engine->submit(r));
+    }
+    all_queued.store(true);
+    std::vector<std::vector<int32_t>> tokens;
+    for (auto& h : handles)
+      for (const auto& c : h.wait().choices) tokens.push_back(c.token_ids);
+    return tokens;
+  };
+  const auto one = run(1);
+  EXPECT_EQ(one.size(), 13u);
+  EXPECT_EQ(run(2), one);
+  EXPECT_EQ(run(3), one);
 }
 
 TEST(Engine, LongPromptsErrorOrTruncateLeft) {
