@@ -1,7 +1,7 @@
 // Training steps on the CUDA backend against the same steps on the CPU: TrainModel's forward
 // and backward, the cross-entropy loss, the gradient norm and clipping, and AdamW, on three
 // families (GQA with tied embeddings and label smoothing; qwen3 qk-norm with biases; MLA with
-// the attention gate), four updates each. Built with the CUDA backend; skipped, saying why,
+// the attention gate, recomputing activations in the backward), four updates each. Built with the CUDA backend; skipped, saying why,
 // without a GPU (scripts/gpu-check.sh runs it on one).
 //
 // Tolerances, f32 everywhere: cuBLAS and the kernels sum in other orders (ops.h), so
@@ -76,8 +76,8 @@ struct Side {
   TrainModel model;
   AdamW adam;
   CrossEntropyStrategy loss;
-  Side(const model::ModelConfig& c, Device d, float smoothing)
-      : model(c, false, true, d), adam(model.layout(), AdamWConfig{}, model.ops()), loss("seq", smoothing) {
+  Side(const model::ModelConfig& c, Device d, float smoothing, bool recompute)
+      : model(c, recompute, true, d), adam(model.layout(), AdamWConfig{}, model.ops()), loss("seq", smoothing) {
     model.init_weights(5, 0.05f);
   }
   double forward_backward(const TrainBatch& b) {
@@ -103,7 +103,8 @@ TEST(CudaTraining, StepsMatchTheCpuTrainer) {
   for (const std::string kind : {"llama", "qwen3", "mla"}) {
     const auto config = model::ModelConfig::from_json(family(kind), kind);
     const float smoothing = kind == "llama" ? 0.1f : 0.0f;
-    Side cpu(config, Device::kCpu, smoothing), gpu(config, Device::kCuda, smoothing);
+    const bool recompute = kind == "mla";  // the backward recomputes each layer's forward
+    Side cpu(config, Device::kCpu, smoothing, recompute), gpu(config, Device::kCuda, smoothing, recompute);
     ASSERT_EQ(to_host(gpu.model.params()), to_host(cpu.model.params())) << kind << ": the same initial weights";
     const ShardPlan plan(cpu.model.layout().specs(), cpu.model.layout().total(), 1);
     for (int u = 0; u < updates; ++u) {
