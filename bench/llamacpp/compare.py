@@ -5,19 +5,20 @@ Writes one 100M-class Llama model (12 layers, hidden 768, 12/4 heads, FFN 2048, 
 tied embeddings) as our checkpoint (HF-layout safetensors + config.json) in f32, bf16 and f16,
 and the same weights as GGUF (with the gguf package from llama.cpp's own source tree; Q and K
 rows permuted as llama.cpp's converter does, for its RoPE pairing), then quantized by
-llama-quantize to Q8_0, Q4_0, Q4_K (--pure) and Q4_K_M. Then, with the same thread count:
+llama-quantize to Q8_0, Q4_0, Q4_K, Q5_K and Q6_K (the k-quants --pure) and Q4_K_M. Then, with the
+same thread count:
   llama.cpp: llama-bench -p 512,4096 -n 128 (pp512, pp4096, tg128) and llama-batched-bench -npp 512
              -ntg 128 -npl 1,8,32 (aggregate decode with parallel sequences);
   AstrAI:    astrai bench prefill --prompt 512 and 4096, astrai bench decode --prompt 512 --gen 128
              --batches 1,8,32 (KV cache in bf16: the same bytes as llama.cpp's default f16 cache).
 Prints a Markdown table (tokens/s and our / llama.cpp ratios) and writes the raw results as JSON.
 
-    bench/llamacpp/compare.py [--threads 2] [--formats f32,bf16,f16,q8_0,q4_0,q4_k,q4_k_m]
+    bench/llamacpp/compare.py [--threads 2] [--formats f32,bf16,f16,q8_0,q4_0,q4_k,q4_k_m,q5_k,q6_k]
                               [--no-batched] [--out build/llamacpp/compare]
 
-Our Q8_0, Q4_0 and Q4_K checkpoints are written by `astrai quantize` from the f32 one (the same
+Our Q8_0, Q4_0, Q4_K, Q5_K and Q6_K checkpoints are written by `astrai quantize` from the f32 one (the same
 bytes as llama-quantize's blocks, except that llama-quantize's Q4_0 keeps the tied embedding at
-Q6_K, see its log; its Q4_K is --pure, every matrix Q4_K as ours); Q4_K_M, llama.cpp's default
+Q6_K, see its log; its k-quants are --pure, every matrix in that type as ours); Q4_K_M, llama.cpp's default
 mixture with some matrices at Q6_K, is measured on llama.cpp's side only.
 Needs: bench/llamacpp/build.sh (run by this script), build/release/src/astrai, numpy.
 """
@@ -40,11 +41,11 @@ CONFIG = {"model_type": "llama", "vocab_size": 32000, "hidden_size": 768, "inter
           "max_position_embeddings": 32768, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
           "tie_word_embeddings": True, "hidden_act": "silu", "torch_dtype": "float32"}
 OURS = ("f32", "bf16", "f16")
-OUR_QUANT = ("q8_0", "q4_0", "q4_k")  # written by astrai quantize from the f32 checkpoint
+OUR_QUANT = ("q8_0", "q4_0", "q4_k", "q5_k", "q6_k")  # written by astrai quantize from the f32 checkpoint
 # llama-quantize's type for each format; q4_k is --pure (every matrix Q4_K, as ours), q4_k_m is
 # llama.cpp's default Q4_K mixture (Q6_K for some matrices), measured on its side only.
-QUANT = {"q8_0": "Q8_0", "q4_0": "Q4_0", "q4_k": "Q4_K", "q4_k_m": "Q4_K_M"}
-PURE = ("q4_k",)
+QUANT = {"q8_0": "Q8_0", "q4_0": "Q4_0", "q4_k": "Q4_K", "q5_k": "Q5_K_S", "q6_k": "Q6_K", "q4_k_m": "Q4_K_M"}
+PURE = ("q4_k", "q5_k", "q6_k")
 
 
 def log(*a):
