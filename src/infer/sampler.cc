@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "base/error.h"
 #include "kernels/cpu/softmax.h"
@@ -58,11 +59,11 @@ double sum8(const float* w, int64_t n) {
   return ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
 }
 
-// max of w[0, n) (n >= 1) over 8 chains (max is exact, so any order gives the same value; NaNs
-// are skipped as std::max skips them).
+// max of w[0, n) over 8 chains (max is exact, so any order gives the same value); NaNs are
+// skipped, -inf when there is nothing else.
 float max8(const float* w, int64_t n) {
   float m[8];
-  for (int j = 0; j < 8; ++j) m[j] = w[0];
+  for (int j = 0; j < 8; ++j) m[j] = -std::numeric_limits<float>::infinity();
   int64_t i = 0;
   for (; i + 8 <= n; i += 8)
     for (int j = 0; j < 8; ++j) m[j] = w[i + j] > m[j] ? w[i + j] : m[j];
@@ -189,9 +190,8 @@ SampleOutput Sampler::sample(float* logits, int32_t vocab, const SamplingParams&
   int32_t token = 0;
   if (p.temperature == 0.0f) {
     // Greedy; ties go to the lowest id so the result never depends on scan order.
-    const float best = max8(logits, vocab);  // NaN only when logits[0] is (then token 0, as ever)
-    if (best == best)
-      while (token < vocab - 1 && !(logits[token] == best)) ++token;
+    const float best = max8(logits, vocab);
+    while (token < vocab - 1 && !(logits[token] == best)) ++token;
   } else {
     const float inv_t = 1.0f / p.temperature;
     const float mx = max8(logits, vocab);

@@ -43,6 +43,20 @@ TEST(Sampler, GreedyPicksArgmaxLowestIdOnTies) {
   EXPECT_EQ(s.sample(l.data(), 4, p, st).token, 1);
 }
 
+// A NaN logit (a broken model) is never chosen, greedy or sampled.
+TEST(Sampler, NanLogitsAreSkipped) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  Sampler s;
+  SamplerState st;
+  auto p = params(0);
+  st.init(p, {}, 5, 0);
+  auto l = logits_of({nan, 1, 3, nan, 3});
+  EXPECT_EQ(s.sample(l.data(), 5, p, st).token, 2);
+  auto h = histogram({nan, 0.0f, 0.5f, nan, 0.2f}, params(1), 2000);
+  EXPECT_EQ(h.count(0) + h.count(3), 0u);
+  EXPECT_EQ(h[1] + h[2] + h[4], 2000);
+}
+
 TEST(Sampler, TopKTopPMinPRestrictTheSupport) {
   const std::vector<float> l = {std::log(0.5f), std::log(0.3f), std::log(0.15f), std::log(0.05f)};
   auto p = params(1);
