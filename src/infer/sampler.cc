@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <limits>
 
 #include "base/error.h"
@@ -73,23 +75,34 @@ float max8(const float* w, int64_t n) {
   return r;
 }
 
-// Σ of the weights >= thr (in double, 4 chains) and their count.
-double mass_at_least(const float* w, int64_t n, float thr, int64_t* count) {
-  double a = 0, b = 0, c = 0, d = 0;
-  int64_t k = 0, i = 0;
-  for (; i + 4 <= n; i += 4) {
-    a += w[i] >= thr ? w[i] : 0.0f;
-    b += w[i + 1] >= thr ? w[i + 1] : 0.0f;
-    c += w[i + 2] >= thr ? w[i + 2] : 0.0f;
-    d += w[i + 3] >= thr ? w[i + 3] : 0.0f;
-    k += (w[i] >= thr) + (w[i + 1] >= thr) + (w[i + 2] >= thr) + (w[i + 3] >= thr);
+// The candidates' threshold of top-k / top-p: the first of 2^-1, 2^-4, ..., 2^-100 (each 8x
+// below the last), then 0, at which the weights (each in [0, 1]) at or above it hold at least
+// need_mass and number at least need_count. One pass: weight w is at or above 2^-(1 + 3k)
+// exactly when its binary exponent is >= -(1 + 3k), so the pass adds each weight to the bucket
+// of the first threshold it reaches (eight interleaved copies of the buckets, so that runs of
+// weights in one bucket do not wait on each other), and the buckets are then summed in order.
+float candidates_threshold(const float* w, int64_t n, double need_mass, int64_t need_count) {
+  constexpr int kSteps = 34;  // thresholds 2^-(1 + 3k), k < 34; bucket 34: only the threshold 0
+  double mass[8][kSteps + 1] = {};
+  int64_t count[8][kSteps + 1] = {};
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, &w[i], 4);
+    const int e = static_cast<int>((bits >> 23) & 0xff) - 127;  // zero and subnormals: -127
+    const int k = e >= -1 ? 0 : (-1 - e + 2) / 3;                 // ceil((-1 - e) / 3)
+    const int b = k < kSteps ? k : kSteps;
+    mass[i & 7][b] += w[i];
+    count[i & 7][b] += 1;
   }
-  for (; i < n; ++i) {
-    a += w[i] >= thr ? w[i] : 0.0f;
-    k += w[i] >= thr;
+  double cum_mass = 0;
+  int64_t cum_count = 0;
+  for (int k = 0; k < kSteps; ++k) {
+    cum_mass += ((mass[0][k] + mass[1][k]) + (mass[2][k] + mass[3][k])) +
+                ((mass[4][k] + mass[5][k]) + (mass[6][k] + mass[7][k]));
+    for (int c = 0; c < 8; ++c) cum_count += count[c][k];
+    if (cum_mass >= need_mass && cum_count >= need_count) return std::ldexp(1.0f, -(1 + 3 * k));
   }
-  *count = k;
-  return (a + b) + (c + d);
+  return 0.0f;
 }
 
 // Positions per block of the draw's scan (draw below).
@@ -210,13 +223,7 @@ SampleOutput Sampler::sample(float* logits, int32_t vocab, const SamplingParams&
         // threshold geometrically until the kept set is big enough, then sort just that set.
         const double need_mass = p.top_p < 1.0f ? p.top_p * sum8(probs_.data(), vocab) : 0.0;
         const int32_t need_count = p.top_k > 0 ? std::min(p.top_k, vocab) : 1;
-        float thr = 0.5f;
-        while (true) {
-          int64_t count = 0;
-          const double mass = mass_at_least(probs_.data(), vocab, thr, &count);
-          if ((mass >= need_mass && count >= need_count) || thr == 0.0f) break;
-          thr = thr < 1e-30f ? 0.0f : thr * 0.125f;
-        }
+        const float thr = candidates_threshold(probs_.data(), vocab, need_mass, need_count);
         for (int32_t i = 0; i < vocab; ++i)
           if (probs_[i] >= thr && probs_[i] >= floor_w) idx_.push_back(i);
         std::sort(idx_.begin(), idx_.end(), [&](int32_t a, int32_t b) {
