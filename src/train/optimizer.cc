@@ -15,7 +15,7 @@ AdamW::AdamW(const std::vector<ParamSpec>& specs, size_t total, AdamWConfig conf
 
 AdamW::AdamW(const std::vector<ParamSpec>& specs, size_t total, size_t shard_begin, size_t shard_end,
              AdamWConfig config, const backend::Ops& ops)
-    : config_(config), ops_(ops), shard_begin_(shard_begin), shard_end_(shard_end), m_(shard_end - shard_begin, ops),
+    : config_(config), shard_begin_(shard_begin), shard_end_(shard_end), m_(shard_end - shard_begin, ops),
       v_(shard_end - shard_begin, ops) {
   ASTRAI_CHECK(shard_begin <= shard_end && shard_end <= total, "AdamW: shard [", shard_begin, ", ", shard_end,
                ") outside the buffer of ", total, " floats");
@@ -42,7 +42,7 @@ void AdamW::step(float* params, const float* grads, float lr) {
   for (const Range& r : ranges_) {
     s.decay = r.decay ? 1.0f - lr * config_.weight_decay : 1.0f;
     const size_t j = r.begin - shard_begin_;
-    ops_.adamw(params + r.begin, grads + r.begin, m_.data() + j, v_.data() + j, r.end - r.begin, s);
+    m_.ops().adamw(params + r.begin, grads + r.begin, m_.data() + j, v_.data() + j, r.end - r.begin, s);
   }
 }
 

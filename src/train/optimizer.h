@@ -51,7 +51,6 @@ class AdamW {
     bool decay;
   };
   AdamWConfig config_;
-  const backend::Ops& ops_;
   size_t shard_begin_ = 0, shard_end_ = 0;
   std::vector<Range> ranges_;  // the parameters' ranges clipped to the shard
   FloatBuffer m_, v_;

@@ -65,6 +65,17 @@ class CudaOps : public ::testing::Test {
   }
   const Ops& cpu() { return cpu_ops(); }
   const Ops& gpu() { return cuda::ops(); }
+  // Cache-less attention of `seqs` (T rows) on both backends: out and lse within 1e-4.
+  void expect_attention_close(const std::vector<float>& q, const std::vector<float>& k, const std::vector<float>& v,
+                              const std::vector<SeqRange>& seqs, int64_t T, const AttnDims& d, const std::string& what) {
+    const int64_t n = static_cast<int64_t>(seqs.size());
+    std::vector<float> out(static_cast<size_t>(T * d.heads * d.v_dim)), lse(static_cast<size_t>(T * d.heads));
+    cpu().attention(q.data(), k.data(), v.data(), nullptr, seqs.data(), n, d, out.data(), lse.data());
+    Dev<float> gq(q), gk(k), gv(v), go(out.size()), gl(lse.size());
+    gpu().attention(gq.p(), gk.p(), gv.p(), nullptr, seqs.data(), n, d, go.p(), gl.p());
+    expect_close(go.back(), out, 1e-4, what);
+    expect_close(gl.back(), lse, 1e-4, what + " lse");
+  }
 };
 
 TEST_F(CudaOps, IsTheBackendOfCudaMemory) {
@@ -197,14 +208,10 @@ TEST_F(CudaOps, AttentionBatchAndPaged) {
   const auto q = randn(static_cast<size_t>(T * d.heads * d.qk_dim), 13);
   const auto k = randn(static_cast<size_t>(T * d.kv_heads * d.qk_dim), 14);
   const auto v = randn(static_cast<size_t>(T * d.kv_heads * d.v_dim), 15);
-  std::vector<float> out(static_cast<size_t>(T * d.heads * d.v_dim)), lse(static_cast<size_t>(T * d.heads));
-  cpu().attention(q.data(), k.data(), v.data(), nullptr, seqs.data(), 3, d, out.data(), lse.data());
-  Dev<float> gq(q), gk(k), gv(v), go(out.size()), gl(lse.size());
-  gpu().attention(gq.p(), gk.p(), gv.p(), nullptr, seqs.data(), 3, d, go.p(), gl.p());
-  expect_close(go.back(), out, 1e-4, "attention");
-  expect_close(gl.back(), lse, 1e-4, "attention lse");
+  expect_attention_close(q, k, v, seqs, T, d, "attention");
 
   // Paged, page size 16: the first 30 positions of one sequence as cached context, then 10 new.
+  Dev<float> gq(q), gk(k), gv(v);
   const int32_t ps = 16, pages = 6;
   const std::vector<int32_t> table = {4, 0, 5};
   for (DType dt : {DType::kF32, DType::kBF16}) {
@@ -278,12 +285,7 @@ TEST_F(CudaOps, AttentionSplitOverLongContextsAndUnsplitForLargeBatches) {
   const int32_t T = 200;
   const std::vector<SeqRange> one = {{0, T, 0, nullptr}};
   const auto pq = randn(static_cast<size_t>(T * d.heads * d.qk_dim), 34);
-  std::vector<float> out(static_cast<size_t>(T * d.heads * d.v_dim)), lse(static_cast<size_t>(T * d.heads));
-  cpu().attention(pq.data(), k.data(), v.data(), nullptr, one.data(), 1, d, out.data(), lse.data());
-  Dev<float> gq(pq), gk(k), gv(v), go(out.size()), gl(lse.size());
-  gpu().attention(gq.p(), gk.p(), gv.p(), nullptr, one.data(), 1, d, go.p(), gl.p());
-  expect_close(go.back(), out, 1e-4, "unsplit attention");
-  expect_close(gl.back(), lse, 1e-4, "unsplit attention lse");
+  expect_attention_close(pq, k, v, one, T, d, "unsplit attention");
 }
 
 TEST_F(CudaOps, Backwards) {

@@ -18,30 +18,12 @@
 #include <string>
 #include <vector>
 
+#include "../model_families.h"
 #include "backend/cuda/cuda_ops.h"
 #include "model/transformer.h"
 
 namespace astrai::model {
 namespace {
-
-Json family_json(const std::string& kind) {
-  Json j{{"model_type", "llama"},   {"vocab_size", 97},          {"hidden_size", 64},
-         {"intermediate_size", 96}, {"num_hidden_layers", 2},    {"num_attention_heads", 8},
-         {"num_key_value_heads", 2}, {"rms_norm_eps", 1e-5},     {"max_position_embeddings", 128},
-         {"tie_word_embeddings", false}};
-  if (kind == "qwen3") {
-    j["model_type"] = "qwen3";
-    j["head_dim"] = 16;
-  } else if (kind == "mla") {
-    j["model_type"] = "autoregressive_lm";
-    j["kv_lora_rank"] = 16;
-    j["qk_nope_head_dim"] = 8;
-    j["qk_rope_head_dim"] = 8;
-    j["v_head_dim"] = 12;
-    j["use_gated_attention"] = true;
-  }
-  return j;
-}
 
 ModelWeights random_weights(const ModelConfig& c, DType dtype) {
   ModelWeights w = ModelWeights::allocate(c);
@@ -95,7 +77,7 @@ class CudaForward : public ::testing::TestWithParam<const char*> {
 };
 
 TEST_P(CudaForward, MatchesTheCpuWithoutACacheAndThroughPages) {
-  const ModelConfig c = ModelConfig::from_json(family_json(GetParam()));
+  const ModelConfig c = ModelConfig::from_json(testing_util::cuda_test_family(GetParam()));
   for (DType dtype : {DType::kF32, DType::kBF16}) {
     SCOPED_TRACE(std::string(dtype_name(dtype)));
     const double tol = dtype == DType::kF32 ? 1e-4 : 5e-2;
@@ -196,7 +178,7 @@ class CudaDecodeGraphs : public ::testing::Test {
 // query over its keys here). Nearly every step must be a replay: a step whose preparation
 // differs from its capture still gives the right bits, uncached, so only the count shows it.
 TEST_F(CudaDecodeGraphs, ReplayedStepsGiveTheBitsOfStepsRunOpByOp) {
-  const ModelConfig c = ModelConfig::from_json(family_json("qwen3"));
+  const ModelConfig c = ModelConfig::from_json(testing_util::cuda_test_family("qwen3"));
   for (DType dtype : {DType::kF32, DType::kBF16}) {
     SCOPED_TRACE(std::string(dtype_name(dtype)));
     const double tol = dtype == DType::kF32 ? 1e-4 : 5e-2;

@@ -12,6 +12,7 @@
 #include <fstream>
 #include <random>
 
+#include "../model_families.h"
 #include "base/error.h"
 #include "model/config.h"
 #include "model/safetensors.h"
@@ -340,16 +341,7 @@ ModelWeights random_weights(const ModelConfig& c, uint32_t seed) {
   return w;
 }
 
-Json mla_json() {
-  Json j = llama_json();
-  j["model_type"] = "autoregressive_lm";
-  j["kv_lora_rank"] = 16;
-  j["qk_nope_head_dim"] = 8;
-  j["qk_rope_head_dim"] = 8;
-  j["v_head_dim"] = 12;
-  j["use_gated_attention"] = true;
-  return j;
-}
+Json mla_json() { return testing_util::with_mla(llama_json()); }
 
 struct PagedCache {
   std::vector<std::vector<float>> k, v;  // f32, or bf16 pairs for DType::kBF16

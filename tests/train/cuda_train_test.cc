@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "../model_families.h"
 #include "backend/cuda/cuda_ops.h"
 #include "train/model.h"
 #include "train/optimizer.h"
@@ -30,25 +31,12 @@
 namespace astrai::train {
 namespace {
 
+// tests/model_families.h's families; llama with a tied LM head (its gradient is the embedding's
+// too) and qwen3 with q/k/v biases, so their gradients are checked as well.
 Json family(const std::string& kind) {
-  Json j{{"model_type", "llama"},    {"vocab_size", 211},        {"hidden_size", 64},
-         {"intermediate_size", 96},  {"num_hidden_layers", 2},   {"num_attention_heads", 8},
-         {"num_key_value_heads", 2}, {"rms_norm_eps", 1e-5},     {"max_position_embeddings", 128},
-         {"tie_word_embeddings", true}};
-  if (kind == "qwen3") {
-    j["model_type"] = "qwen3";
-    j["head_dim"] = 16;
-    j["tie_word_embeddings"] = false;
-    j["attention_bias"] = true;
-  } else if (kind == "mla") {
-    j["model_type"] = "autoregressive_lm";
-    j["kv_lora_rank"] = 16;
-    j["qk_nope_head_dim"] = 8;
-    j["qk_rope_head_dim"] = 8;
-    j["v_head_dim"] = 12;
-    j["use_gated_attention"] = true;
-    j["tie_word_embeddings"] = false;
-  }
+  Json j = testing_util::cuda_test_family(kind);
+  j["tie_word_embeddings"] = kind == "llama";
+  if (kind == "qwen3") j["attention_bias"] = true;
   return j;
 }
 
