@@ -48,9 +48,10 @@ double linear_seconds(int64_t m, int64_t n, int64_t k, DType dtype, double min_s
 }  // namespace
 
 constexpr const char* kUsage =
-    "usage: gemm_bench [--quick] [--m M] [--gemv-only] [--quant-only] [--cpu-time]\n"
+    "usage: gemm_bench [--quick] [--m M] [--gemv-only] [--gemv-shape N,K] [--quant-only] [--cpu-time]\n"
     "  --quick     shorter timing runs\n"
     "  --gemv-only only the copy probe and the decode GEMV table\n"
+    "  --gemv-shape N,K  the decode GEMV table's weight shape (default 24576,2048)\n"
     "  --quant-only only the copy probe and the quantized prefill GEMM table\n"
     "  --m M       the GEMM table at M rows (decode batches) on the 100M model's shapes\n"
     "  --cpu-time  time by process CPU time / threads, for a busy machine (run with\n"
@@ -61,6 +62,7 @@ int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // rows appear as they are measured
   bool quick = false, gemv_only = false, quant_only = false;
   int64_t batch_m = 0;  // --m M: the GEMM table at M rows (decode batches) on the 100M model's shapes
+  int64_t gemv_n = 24576, gemv_k = 2048;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--help" || a == "-h") {
@@ -70,6 +72,9 @@ int main(int argc, char** argv) {
       quick = true;
     } else if (a == "--m" && i + 1 < argc) {
       batch_m = std::atoll(argv[++i]);
+    } else if (a == "--gemv-shape" && i + 1 < argc &&
+               std::sscanf(argv[i + 1], "%ld,%ld", &gemv_n, &gemv_k) == 2 && gemv_n > 0 && gemv_k > 0) {
+      ++i;
     } else if (a == "--gemv-only") {
       gemv_only = true;
     } else if (a == "--quant-only") {
@@ -155,14 +160,15 @@ int main(int argc, char** argv) {
               "times %s activations (ASTRAI_ACTIVATIONS) ==\n",
               bw[2].copy_gbs, bw[2].read_gbs, kernels::activations_name(kernels::activations()));
   std::printf("%3s %6s %6s %5s %3s | %8s %8s %9s\n", "M", "N", "K", "dtype", "thr", "GB/s", "%copy", "Gweight/s");
-  // ~200 MB of f32 weights per call so caches do not help: 4 x (25600 x 2048) stand-ins (Q8_0:
-  // 53 MB, Q6_K 41 MB, Q5_K 35 MB, Q4_0 and Q4_K 28 MB, still far larger than the caches).
+  // One 24576 x 2048 matrix by default: f32 201 MB, bf16 101 MB, Q8_0 53 MB, Q6_K 41 MB, Q5_K
+  // 35 MB, Q4_0 and Q4_K 28 MB (the last near the size of a large L3: --gemv-shape for others).
   for (int threads : {1, 2}) {
     set_num_threads(threads);
     for (DType dt : {DType::kF32, DType::kBF16, DType::kF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ5_K,
                      DType::kQ6_K}) {
-      for (int64_t m : {1, 8}) {
-        const int64_t n = 24576, k = 2048;
+      for (int64_t m : {1, 3, 4, 8}) {
+        const int64_t n = gemv_n, k = gemv_k;
+        if (is_block_type(dt) && k % block_elems(dt) != 0) continue;
         const double s = linear_seconds(m, n, k, dt, t_min);
         const double gbs = static_cast<double>(dtype_bytes(dt, n * k)) / s / 1e9;
         std::printf("%3ld %6ld %6ld %5s %3d | %8.1f %7.0f%% %9.2f\n", static_cast<long>(m), static_cast<long>(n),

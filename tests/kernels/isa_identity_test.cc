@@ -213,9 +213,10 @@ TEST_P(IsaIdentity, LinearQ8ActivationsEveryFormat) {
 }
 
 // VNNI (vpdpbusd) in the integer kernels, where the level and this CPU have it: with it on and
-// off, each level equals generic on the many-row routes it changes (every format's interleaved
-// steps: partial row tiles, partial groups, several row blocks), with raw Q8_0 blocks over the
-// whole int8 range (-128 included) against activations that quantize to +-127.
+// off, each level equals generic on the routes it changes (every format's interleaved steps:
+// partial row tiles, partial groups, several row blocks; v4's few-row tiles reading Q4_0, Q4_K
+// and Q5_K in place: 1 to 4 rows, Q4_0 with an odd number of blocks), with raw Q8_0 blocks over
+// the whole int8 range (-128 included) against activations that quantize to +-127.
 TEST_P(IsaIdentity, LinearQ8ActivationsWithAndWithoutVnni) {
   // VNNI's vpdpbusd on v3 and v4, sdot on neon (qemu-user's default CPU has it).
   const char* feature = vnni_feature(GetParam());
@@ -227,15 +228,19 @@ TEST_P(IsaIdentity, LinearQ8ActivationsWithAndWithoutVnni) {
     ~ScopedVnni() { set_vnni(saved); }
     bool saved;
   };
-  const std::vector<LinearShape> q32_shapes = {{5, 8, 32},    {6, 16, 64},   {7, 13, 96},    {13, 40, 256},
-                                               {64, 24, 512}, {65, 30, 160}, {130, 17, 1024}};
-  const std::vector<LinearShape> k_shapes = {{9, 16, 256}, {13, 40, 512}, {33, 24, 768}, {65, 17, 1024}, {130, 9, 256}};
+  const std::vector<LinearShape> q32_shapes = {{1, 8, 32},    {2, 16, 96},   {3, 24, 160},   {4, 13, 288},
+                                               {1, 19, 512},  {5, 8, 32},    {6, 16, 64},    {7, 13, 96},
+                                               {13, 40, 256}, {64, 24, 512}, {65, 30, 160},  {130, 17, 1024}};
+  const std::vector<LinearShape> k_shapes = {{1, 16, 256},  {2, 9, 512},   {3, 24, 768},   {4, 17, 1024},
+                                             {9, 16, 256},  {13, 40, 512}, {33, 24, 768},  {65, 17, 1024},
+                                             {130, 9, 256}};
   for (bool on : {true, false}) {
     ScopedVnni vnni(on);
     for (DType dt : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
       for (const LinearShape& s : is_k_quant(dt) ? k_shapes : q32_shapes) {
         auto x = randn(static_cast<size_t>(s.m * s.k), 4);
-        for (int64_t e = 0; e < s.k; ++e) x[static_cast<size_t>(3 * s.k + e)] = e % 2 ? 5.0f : -5.0f;  // +-127
+        const int64_t loud = std::min<int64_t>(3, s.m - 1);  // a row whose activations quantize to +-127
+        for (int64_t e = 0; e < s.k; ++e) x[static_cast<size_t>(loud * s.k + e)] = e % 2 ? 5.0f : -5.0f;
         const auto bias = randn(static_cast<size_t>(s.n), 5);
         std::vector<uint8_t> wq(dtype_bytes(dt, s.n * s.k));
         if (dt == DType::kQ8_0) {  // raw blocks: any byte, a small positive f16 scale

@@ -9,7 +9,9 @@
 // whose lanes are the outputs, so the f32 chain of every output runs in its own lane. With more
 // rows than one tile, Q4_0, Q4_K, Q5_K and Q6_K groups are first interleaved by output in cache (see
 // "Many rows" below), which needs no reduction at all; where the CPU has VNNI, every format, Q8_0
-// too, takes that route with vpdpbusd (see "VNNI"; zmm on v4).
+// too, takes that route with vpdpbusd (see "VNNI"; zmm on v4). v4 with VNNI also reads Q4_0,
+// Q4_K and Q5_K in place through zmm tiles of up to 4 rows (decode: tile_q4_0_in_place,
+// tile_q4k_in_place).
 #include "kernels/cpu/linear_int8.h"
 
 #include <omp.h>
@@ -812,6 +814,132 @@ void tile_q6_k_steps(const ActRows& a, int64_t i0, const uint8_t* steps, const f
   for (int r = 0; r < R; ++r) store_outputs(acc[r], bias, y + (i0 + r) * ldy);
 }
 
+#if defined(ASTRAI_ISA_V4)
+// Few rows (decode), W read in place, Q4_K / Q5_K: R rows from i0 times the 8 W rows at w, as
+// tile_q4k without its int16 stage. One zmm holds the 64 quants of sub-blocks 2c and 2c + 1
+// (low nibbles, then high), against the 64 activation bytes of those sub-blocks as they lie in
+// memory: vpdpbusd sums them four at a time per dword, and vpdpwssd multiplies each dword by its
+// sub-block's scale and adds it to the row's sums (a dword of at most 4 * 31 * 127 fits in its
+// low int16; the scale is the low int16 of the other operand's dword, with 0 above it). The
+// integers are tile_q4k's exact sums, so the bits are the same.
+template <DType T, int R>
+void tile_q4k_in_place(const ActRows& a, int64_t i0, const uint8_t* w, int64_t rb, int64_t nb, const float* bias,
+                       float* y, int64_t ldy, const uint8_t* pf) {
+  constexpr int64_t kBytes = block_bytes(T);
+  const int64_t nbx = a.k / kQKBlock;
+  __m512i pick[4];  // dwords 0-7: scale 2c, 8-15: scale 2c + 1
+  for (int c = 0; c < 4; ++c)
+    pick[c] = _mm512_inserti64x4(_mm512_set1_epi32(2 * c), _mm256_set1_epi32(2 * c + 1), 1);
+  __m256 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    prefetch_share(pf, b, 8 * kBytes);
+    __m256i part[R][8];
+    alignas(32) uint8_t mins8[8][8];  // the 8 W rows' mins
+    for (int n = 0; n < 8; ++n) {
+      const uint8_t* blk = w + n * rb + b * kBytes;
+      alignas(16) uint8_t sm[16];
+      q4k_scales_mins(blk, sm);
+      std::memcpy(mins8[n], sm + 8, 8);
+      const __m512i sc = _mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(sm)));
+      __m512i s[R];
+      for (int r = 0; r < R; ++r) s[r] = _mm512_setzero_si512();
+#pragma GCC unroll 4
+      for (int c = 0; c < 4; ++c) {
+        __m256i lo, hi;
+        k_quants<T>(blk, c, &lo, &hi);
+        const __m512i q = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+        const __m512i scv = _mm512_permutexvar_epi32(pick[c], sc);
+        for (int r = 0; r < R; ++r) {
+          const __m512i x = _mm512_loadu_si512(a.q + (i0 + r) * a.k + b * kQKBlock + 64 * c);
+          s[r] = _mm512_dpwssd_epi32(s[r], _mm512_dpbusd_epi32(_mm512_setzero_si512(), q, x), scv);
+        }
+      }
+      for (int r = 0; r < R; ++r)
+        part[r][n] = _mm256_add_epi32(_mm512_castsi512_si256(s[r]), _mm512_extracti64x4_epi64(s[r], 1));
+    }
+    // The mins' sums of the 8 W rows at once: 128-bit lane n of mq0 (mq1) holds W row n's
+    // (n + 4's) 8 mins as int16; madd by the row's 8 sub-block sums of q_x leaves 4 dwords per
+    // W row, added up by the unpacks and the shuffle (W row n in dword 0 of lane n, n + 4 in
+    // dword 1) and gathered in order.
+    const __m512i mq0 = _mm512_cvtepu8_epi16(_mm256_load_si256(reinterpret_cast<const __m256i*>(mins8[0])));
+    const __m512i mq1 = _mm512_cvtepu8_epi16(_mm256_load_si256(reinterpret_cast<const __m256i*>(mins8[4])));
+    const __m512i gather = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 0, 0, 0, 0, 0, 0, 0, 0);
+    const __m256 d = f16x8(w + b * kBytes, rb), dmin = f16x8(w + b * kBytes + 2, rb);
+    for (int r = 0; r < R; ++r) {
+      const __m512i xs = _mm512_broadcast_i32x4(
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(a.s32 + (i0 + r) * (a.k / 32) + b * 8)));
+      const __m512i p0 = _mm512_madd_epi16(mq0, xs), p1 = _mm512_madd_epi16(mq1, xs);
+      const __m512i t = _mm512_add_epi32(_mm512_unpacklo_epi32(p0, p1), _mm512_unpackhi_epi32(p0, p1));
+      const __m512i u = _mm512_add_epi32(t, _mm512_shuffle_epi32(t, _MM_PERM_BADC));
+      const __m256i mins = _mm512_castsi512_si256(_mm512_permutexvar_epi32(gather, u));
+      const __m256 dx = _mm256_set1_ps(a.d[(i0 + r) * nbx + b]);
+      const __m256 sa = _mm256_cvtepi32_ps(reduce_outputs(part[r]));
+      const __m256 sb = _mm256_cvtepi32_ps(mins);
+      acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(d, dx), sa, acc[r]);
+      acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(dmin, dx), _mm256_xor_ps(sb, _mm256_set1_ps(-0.0f)), acc[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) store_outputs(acc[r], bias, y + (i0 + r) * ldy);
+}
+
+// Few rows (decode), W read in place, Q4_0: R rows from i0 times the 8 W rows at w, two blocks
+// per zmm. The 32 quant bytes of blocks b and b + 1 become [low nibbles b | b + 1 | high
+// nibbles b | b + 1] (16 each), against the activations of the two blocks with their middle
+// 16-byte lanes swapped; vpdpbusd's dwords then hold four products each, the two 256-bit
+// halves are added (lanes 0-3: block b, 4-7: b + 1), and one horizontal-add tree gives the 8
+// outputs' sums of each block. Exact integers, the sums of tile_q32; an odd last block goes
+// through the same tree with b + 1's half empty.
+template <int R>
+void tile_q4_0_in_place(const ActRows& a, int64_t i0, const uint8_t* w, int64_t rb, int64_t nb, const float* bias,
+                        float* y, int64_t ldy, const uint8_t* pf) {
+  const int64_t nbx = a.k / kQBlock;
+  const __m512i low4 = _mm512_set1_epi8(15);
+  __m256 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; b += 2) {
+    const bool pair = b + 1 < nb;
+    prefetch_share(pf, b, 8 * kQ4BlockBytes);
+    if (pair) prefetch_share(pf, b + 1, 8 * kQ4BlockBytes);
+    __m512i x[R];
+    for (int r = 0; r < R; ++r) {
+      const int8_t* xr = a.q + (i0 + r) * a.k + b * kQBlock;
+      const __m512i xv = pair ? _mm512_loadu_si512(xr) : _mm512_castsi256_si512(load256(xr));
+      x[r] = _mm512_shuffle_i64x2(xv, xv, _MM_SHUFFLE(3, 1, 2, 0));
+    }
+    __m256i f[R][8];
+    for (int n = 0; n < 8; ++n) {
+      const uint8_t* blk = w + n * rb + b * kQ4BlockBytes;
+      const __m128i q0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2));
+      const __m128i q1 = pair ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + kQ4BlockBytes + 2))
+                              : _mm_setzero_si128();
+      const __m256i v = _mm256_set_m128i(q1, q0);
+      const __m512i q = _mm512_and_si512(_mm512_inserti64x4(_mm512_castsi256_si512(v), _mm256_srli_epi16(v, 4), 1), low4);
+      for (int r = 0; r < R; ++r) {
+        const __m512i dp = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q, x[r]);
+        f[r][n] = _mm256_add_epi32(_mm512_castsi512_si256(dp), _mm512_extracti64x4_epi64(dp, 1));
+      }
+    }
+    const __m256 dw0 = f16x8(w + b * kQ4BlockBytes, rb);
+    const __m256 dw1 = pair ? f16x8(w + (b + 1) * kQ4BlockBytes, rb) : dw0;
+    for (int r = 0; r < R; ++r) {
+      // [outputs 0-3 of b | 0-3 of b + 1], then outputs 4-7.
+      const __m256i lo = _mm256_hadd_epi32(_mm256_hadd_epi32(f[r][0], f[r][1]), _mm256_hadd_epi32(f[r][2], f[r][3]));
+      const __m256i hi = _mm256_hadd_epi32(_mm256_hadd_epi32(f[r][4], f[r][5]), _mm256_hadd_epi32(f[r][6], f[r][7]));
+      const int64_t at = (i0 + r) * nbx + b;
+      const __m256i s0 = _mm256_sub_epi32(_mm256_permute2x128_si256(lo, hi, 0x20), _mm256_set1_epi32(8 * a.s32[at]));
+      acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(dw0, _mm256_set1_ps(a.d[at])), _mm256_cvtepi32_ps(s0), acc[r]);
+      if (pair) {
+        const __m256i s1 =
+            _mm256_sub_epi32(_mm256_permute2x128_si256(lo, hi, 0x31), _mm256_set1_epi32(8 * a.s32[at + 1]));
+        acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(dw1, _mm256_set1_ps(a.d[at + 1])), _mm256_cvtepi32_ps(s1), acc[r]);
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r) store_outputs(acc[r], bias, y + (i0 + r) * ldy);
+}
+#endif
+
 }  // namespace vnni
 ASTRAI_PRAGMA(GCC pop_options)
 
@@ -900,6 +1028,23 @@ void outputs(const ActRows& a, int64_t i0, int64_t i1, const uint8_t* w, int64_t
     if constexpr (T != DType::kQ8_0) return outputs_steps<T, false>(a, i0, i1, w, nb, bias, y, ldy, pf);
   }
   const int64_t rb = nb * block_bytes(T);
+#if defined(ASTRAI_ISA_V4)
+  if constexpr (T == DType::kQ4_K || T == DType::kQ5_K || T == DType::kQ4_0) {
+    if (a.vnni) {
+      for (int64_t i = i0; i < i1;) {
+        const int64_t r = std::min<int64_t>(kTileRows, i1 - i);
+        const uint8_t* p = i == i0 ? pf : nullptr;
+        with_rows<kTileRows>(r, [&](auto rows) {
+          constexpr int kR = decltype(rows)::value;
+          if constexpr (T == DType::kQ4_0) vnni::tile_q4_0_in_place<kR>(a, i, w, rb, nb, bias, y, ldy, p);
+          else vnni::tile_q4k_in_place<T, kR>(a, i, w, rb, nb, bias, y, ldy, p);
+        });
+        i += r;
+      }
+      return;
+    }
+  }
+#endif
   for (int64_t i = i0; i < i1;) {
     const int64_t r = std::min<int64_t>(kTileRows, i1 - i);
     const uint8_t* p = i == i0 ? pf : nullptr;
