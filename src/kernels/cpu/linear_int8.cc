@@ -120,6 +120,13 @@ ASTRAI_PRAGMA(GCC pop_options)
 #endif
 
 constexpr int kTileRows = 4;  // rows of x per x86 tile; more go through interleaved steps
+// With VNNI, Q8_0 takes the interleaved steps past this many rows (v4: from 4 rows, 1.5x the 4-row
+// tile; 3 rows measured level).
+#if defined(ASTRAI_ISA_V4)
+constexpr int64_t kQ8StepsFrom = 3;
+#else
+constexpr int64_t kQ8StepsFrom = kTileRows;
+#endif
 
 #if defined(ASTRAI_ISA_V3) || defined(ASTRAI_ISA_V4)
 
@@ -1007,7 +1014,8 @@ template <DType T>
 void outputs(const ActRows& a, int64_t i0, int64_t i1, const uint8_t* w, int64_t nr, int64_t nb, const float* bias,
              float* y, int64_t ldy, const uint8_t* pf) {
   if (nr < 8) return outputs_ref<T>(a, i0, i1 - i0, w, nr, nb, bias, y, ldy);
-  // Rewriting a group pays off past 1 tile of rows with VNNI and for Q4_0; without VNNI past 2
+  // Rewriting a group pays off past 1 tile of rows with VNNI (Q8_0 on v4: past 3 rows) and for
+  // Q4_0; without VNNI past 2
   // for Q4_K and Q5_K (whose scales take longer to rewrite: at 8 rows ~4% slower interleaved, at
   // 16 ~10% faster) and 8 for Q6_K (longer still: no faster at 16 rows, +20% at prefill's 64).
   // Q8_0 only with VNNI. v3's VNNI k-quant tiles (two chains of 4 rows in 16 ymm registers)
@@ -1015,7 +1023,7 @@ void outputs(const ActRows& a, int64_t i0, int64_t i1, const uint8_t* w, int64_t
   // and Q6_K not at all (0.6x at 512 rows). gemm_bench's quantized table measures these.
 #if defined(ASTRAI_ISA_V4)
   constexpr bool kVnniTiles = true;
-  const int64_t vnni_from = kTileRows;
+  const int64_t vnni_from = T == DType::kQ8_0 ? kQ8StepsFrom : kTileRows;
 #else
   constexpr bool kVnniTiles = T != DType::kQ6_K;
   const int64_t vnni_from = is_k_quant(T) ? 2 * kTileRows : kTileRows;
@@ -1100,7 +1108,7 @@ void linear_int8_typed(const float* x, int64_t m, const WeightView& w, const flo
   const size_t q_bytes = static_cast<size_t>(m * k), d_bytes = static_cast<size_t>(m * (k / block)) * 4;
   const size_t s16_bytes = static_cast<size_t>(m * (k / 16)) * 2, s32_bytes = static_cast<size_t>(m * (k / 32)) * 2;
   // Q8_0's VNNI tiles (x86) take the activations as unsigned bytes too.
-  const bool vnni = use_vnni(), unsigned_q = kUnsignedQ8 && T == DType::kQ8_0 && vnni && m > kTileRows;
+  const bool vnni = use_vnni(), unsigned_q = kUnsignedQ8 && T == DType::kQ8_0 && vnni && m > kQ8StepsFrom;
   const size_t total = q_bytes * (unsigned_q ? 2 : 1) + d_bytes + s16_bytes + s32_bytes + 64;
   if (storage.size() * 8 < total) storage.resize(total / 8 + 1);
   uint8_t* base = reinterpret_cast<uint8_t*>(storage.data());
