@@ -10,8 +10,8 @@
 // rows than one tile, Q4_0, Q4_K, Q5_K and Q6_K groups are first interleaved by output in cache (see
 // "Many rows" below), which needs no reduction at all; where the CPU has VNNI, every format, Q8_0
 // too, takes that route with vpdpbusd (see "VNNI"; zmm on v4). v4 with VNNI also reads Q4_0,
-// Q4_K and Q5_K in place through zmm tiles of up to 4 rows (decode: tile_q4_0_in_place,
-// tile_q4k_in_place).
+// Q4_K, Q5_K and Q6_K in place through zmm tiles of up to 4 rows (decode: tile_q4_0_in_place,
+// tile_q4k_in_place, tile_q6k_in_place).
 #include "kernels/cpu/linear_int8.h"
 
 #include <omp.h>
@@ -914,6 +914,68 @@ void tile_q4k_in_place(const ActRows& a, int64_t i0, const uint8_t* w, int64_t r
   for (int r = 0; r < R; ++r) store_outputs(acc[r], bias, y + (i0 + r) * ldy);
 }
 
+// Few rows (decode), W read in place, Q6_K: R rows from i0 times the 8 W rows at w. For each
+// half c of a super-block, one zmm holds the 6-bit values of elements 128 c + 0..63 (the low
+// nibbles of the 64 ql bytes, qh's bits 0-1 and 2-3 above them) and one those of 128 c + 64..127
+// (the high nibbles, bits 4-5 and 6-7), each against its 64 activation bytes as they lie in
+// memory. vpdpbusd's dwords (four products, at most 4 * 63 * 127) are multiplied by their group's
+// scale (the low int16 of the scale's dword: signed, 0 above it) and added by vpdpwssd; the -32
+// offset is taken off afterwards as in tile_q6k. Exact integers, tile_q6k's sums.
+template <int R>
+void tile_q6k_in_place(const ActRows& a, int64_t i0, const uint8_t* w, int64_t rb, int64_t nb, const float* bias,
+                       float* y, int64_t ldy, const uint8_t* pf) {
+  const int64_t nbx = a.k / kQKBlock;
+  const __m512i low4 = _mm512_set1_epi8(15), low2 = _mm512_set1_epi8(3);
+  __m512i pick[4];  // groups 4h + 0..3 of the super-block, each in 4 dwords
+  for (int h = 0; h < 4; ++h)
+    pick[h] = _mm512_setr_epi32(4 * h, 4 * h, 4 * h, 4 * h, 4 * h + 1, 4 * h + 1, 4 * h + 1, 4 * h + 1, 4 * h + 2,
+                                4 * h + 2, 4 * h + 2, 4 * h + 2, 4 * h + 3, 4 * h + 3, 4 * h + 3, 4 * h + 3);
+  __m256 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    prefetch_share(pf, b, 8 * kQ6KBlockBytes);
+    __m256i part[R][8];
+    for (int n = 0; n < 8; ++n) {
+      const uint8_t* blk = w + n * rb + b * kQ6KBlockBytes;
+      const __m128i sc8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + kQ6KScalesAt));
+      const __m256i sc16 = _mm256_cvtepi8_epi16(sc8);
+      const __m512i sc = _mm512_cvtepu16_epi32(sc16);  // each int16 scale over a zero int16
+      __m512i s[R];
+      for (int r = 0; r < R; ++r) s[r] = _mm512_setzero_si512();
+#pragma GCC unroll 2
+      for (int c = 0; c < 2; ++c) {
+        const __m512i ql = _mm512_loadu_si512(blk + 64 * c);
+        const __m256i qh = load256(blk + kQ6KHighAt + 32 * c);
+        const __m512i qh2 = _mm512_inserti64x4(_mm512_castsi256_si512(qh), _mm256_srli_epi16(qh, 2), 1);
+        const __m512i qh4 = _mm512_srli_epi16(qh2, 4);
+        const __m512i q[2] = {
+            _mm512_or_si512(_mm512_and_si512(ql, low4), _mm512_slli_epi16(_mm512_and_si512(qh2, low2), 4)),
+            _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), low4),
+                            _mm512_slli_epi16(_mm512_and_si512(qh4, low2), 4))};
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; ++h) {
+          const __m512i scv = _mm512_permutexvar_epi32(pick[2 * c + h], sc);
+          for (int r = 0; r < R; ++r) {
+            const __m512i x = _mm512_loadu_si512(a.q + (i0 + r) * a.k + b * kQKBlock + 128 * c + 64 * h);
+            s[r] = _mm512_dpwssd_epi32(s[r], _mm512_dpbusd_epi32(_mm512_setzero_si512(), q[h], x), scv);
+          }
+        }
+      }
+      for (int r = 0; r < R; ++r) {  // the -32 offset: minus 32 * sum_g sc_g * sum(x over g)
+        const __m256i xs = load256(a.s16 + (i0 + r) * (a.k / 16) + b * 16);
+        const __m256i f = _mm256_add_epi32(_mm512_castsi512_si256(s[r]), _mm512_extracti64x4_epi64(s[r], 1));
+        part[r][n] = _mm256_sub_epi32(f, _mm256_slli_epi32(_mm256_madd_epi16(sc16, xs), 5));
+      }
+    }
+    const __m256 d = f16x8(w + b * kQ6KBlockBytes + kQ6KDAt, rb);
+    for (int r = 0; r < R; ++r) {
+      const __m256 dx = _mm256_set1_ps(a.d[(i0 + r) * nbx + b]);
+      acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(reduce_outputs(part[r])), acc[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) store_outputs(acc[r], bias, y + (i0 + r) * ldy);
+}
+
 // Few rows (decode), W read in place, Q4_0: R rows from i0 times the 8 W rows at w, two blocks
 // per zmm. The 32 quant bytes of blocks b and b + 1 become [low nibbles b | b + 1 | high
 // nibbles b | b + 1] (16 each), against the activations of the two blocks with their middle
@@ -1067,7 +1129,7 @@ void outputs(const ActRows& a, int64_t i0, int64_t i1, const uint8_t* w, int64_t
   }
   const int64_t rb = nb * block_bytes(T);
 #if defined(ASTRAI_ISA_V4)
-  if constexpr (T == DType::kQ4_K || T == DType::kQ5_K || T == DType::kQ4_0) {
+  if constexpr (T == DType::kQ4_K || T == DType::kQ5_K || T == DType::kQ4_0 || T == DType::kQ6_K) {
     if (a.vnni) {
       for (int64_t i = i0; i < i1;) {
         const int64_t r = std::min<int64_t>(kTileRows, i1 - i);
@@ -1075,6 +1137,7 @@ void outputs(const ActRows& a, int64_t i0, int64_t i1, const uint8_t* w, int64_t
         with_rows<kTileRows>(r, [&](auto rows) {
           constexpr int kR = decltype(rows)::value;
           if constexpr (T == DType::kQ4_0) vnni::tile_q4_0_in_place<kR>(a, i, w, rb, nb, bias, y, ldy, p);
+          else if constexpr (T == DType::kQ6_K) vnni::tile_q6k_in_place<kR>(a, i, w, rb, nb, bias, y, ldy, p);
           else vnni::tile_q4k_in_place<T, kR>(a, i, w, rb, nb, bias, y, ldy, p);
         });
         i += r;
