@@ -184,53 +184,11 @@ inline void store_outputs(__m256 acc, const float* bias, float* y) {
   _mm256_storeu_ps(y, bias ? _mm256_add_ps(acc, _mm256_loadu_ps(bias)) : acc);
 }
 
-// Q8_0 / Q4_0: R rows from i0 times the 8 W rows at w (row stride rb bytes), nb blocks.
 // The next group's share for block b of this one (pf: its first byte, or null): the 8 rows
 // that follow are contiguous, so the block's 1 / nb of them.
 inline void prefetch_share(const uint8_t* pf, int64_t b, int64_t bytes_per_block) {
   if (!pf) return;
   for (int64_t off = b * bytes_per_block; off < (b + 1) * bytes_per_block; off += 64) prefetch_l2(pf + off);
-}
-
-template <DType T, int R>
-void tile_q32(const ActRows& a, int64_t i0, const uint8_t* w, int64_t rb, int64_t nb, const float* bias, float* y,
-              int64_t ldy, const uint8_t* pf) {
-  const __m256i ones = _mm256_set1_epi16(1), low4 = _mm256_set1_epi8(15);
-  const int64_t nbx = a.k / kQBlock;
-  __m256 acc[R];
-  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
-  for (int64_t b = 0; b < nb; ++b) {
-    prefetch_share(pf, b, 8 * block_bytes(T));
-    __m256i x[R], h[R][4];
-    for (int r = 0; r < R; ++r) x[r] = load256(a.q + (i0 + r) * a.k + b * kQBlock);
-#pragma GCC unroll 4
-    for (int n2 = 0; n2 < 4; ++n2) {
-      __m256i p[R][2];
-#pragma GCC unroll 2
-      for (int u = 0; u < 2; ++u) {
-        const uint8_t* blk = w + (2 * n2 + u) * rb + b * block_bytes(T);
-        if constexpr (T == DType::kQ8_0) {
-          const __m256i wv = load256(blk + 2);
-          const __m256i aw = _mm256_sign_epi8(wv, wv);  // |w| as unsigned bytes (-128 too)
-          for (int r = 0; r < R; ++r) p[r][u] = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(x[r], wv)), ones);
-        } else {
-          const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2));
-          const __m256i nib = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(v, 4), v), low4);  // elements 0..31, 0..15
-          for (int r = 0; r < R; ++r) p[r][u] = _mm256_madd_epi16(_mm256_maddubs_epi16(nib, x[r]), ones);
-        }
-      }
-      for (int r = 0; r < R; ++r) h[r][n2] = _mm256_hadd_epi32(p[r][0], p[r][1]);
-    }
-    const __m256 dw = f16x8(w + b * block_bytes(T), rb);
-    for (int r = 0; r < R; ++r) {
-      __m256i s = reduce_outputs(h[r][0], h[r][1], h[r][2], h[r][3]);
-      if constexpr (T == DType::kQ4_0)  // (nibble - 8) * x summed: subtract 8 * sum(x)
-        s = _mm256_sub_epi32(s, _mm256_set1_epi32(8 * a.s32[(i0 + r) * nbx + b]));
-      const __m256 scale = _mm256_mul_ps(dw, _mm256_set1_ps(a.d[(i0 + r) * nbx + b]));
-      acc[r] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(s), acc[r]);
-    }
-  }
-  for (int r = 0; r < R; ++r) store_outputs(acc[r], bias, y + (i0 + r) * ldy);
 }
 
 // Each dword (s, s) as two int16 from 8 int32 scales (for madd by a scale per sub-block).
@@ -256,116 +214,14 @@ inline void k_quants(const uint8_t* blk, int c, __m256i* lo, __m256i* hi) {
   }
 }
 
-// Q4_K / Q5_K: R rows from i0 times the 8 W rows at w, nb super-blocks.
-template <DType T, int R>
-void tile_q4k(const ActRows& a, int64_t i0, const uint8_t* w, int64_t rb, int64_t nb, const float* bias, float* y,
-              int64_t ldy, const uint8_t* pf) {
-  constexpr int64_t kBytes = block_bytes(T);
-  const int64_t nbx = a.k / kQKBlock;
-  __m256 acc[R];
-  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
-  for (int64_t b = 0; b < nb; ++b) {
-    prefetch_share(pf, b, 8 * kBytes);
-    alignas(32) __m256i part[R][8];
-    alignas(32) int32_t mins[R][8];
-    for (int n = 0; n < 8; ++n) {
-      const uint8_t* blk = w + n * rb + b * kBytes;
-      alignas(16) uint8_t sm[16];
-      q4k_scales_mins(blk, sm);
-      const __m256i sc = pair_words(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sm))));
-      const __m128i m16 = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sm + 8)));
-      __m256i s[R];
-      for (int r = 0; r < R; ++r) s[r] = _mm256_setzero_si256();
-#pragma GCC unroll 4
-      for (int c = 0; c < 4; ++c) {
-        __m256i lo, hi;
-        k_quants<T>(blk, c, &lo, &hi);
-        const __m256i slo = _mm256_permutevar8x32_epi32(sc, _mm256_set1_epi32(2 * c));
-        const __m256i shi = _mm256_permutevar8x32_epi32(sc, _mm256_set1_epi32(2 * c + 1));
-        for (int r = 0; r < R; ++r) {
-          const int8_t* x = a.q + (i0 + r) * a.k + b * kQKBlock + 64 * c;
-          s[r] = _mm256_add_epi32(s[r], _mm256_madd_epi16(_mm256_maddubs_epi16(lo, load256(x)), slo));
-          s[r] = _mm256_add_epi32(s[r], _mm256_madd_epi16(_mm256_maddubs_epi16(hi, load256(x + 32)), shi));
-        }
-      }
-      for (int r = 0; r < R; ++r) {
-        part[r][n] = s[r];
-        const __m128i xs = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a.s32 + (i0 + r) * (a.k / 32) + b * 8));
-        __m128i t = _mm_madd_epi16(m16, xs);
-        t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0x4e));
-        t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0xb1));
-        mins[r][n] = _mm_cvtsi128_si32(t);
-      }
-    }
-    const __m256 d = f16x8(w + b * kBytes, rb), dmin = f16x8(w + b * kBytes + 2, rb);
-    for (int r = 0; r < R; ++r) {
-      const __m256 dx = _mm256_set1_ps(a.d[(i0 + r) * nbx + b]);
-      const __m256 sa = _mm256_cvtepi32_ps(reduce_outputs(part[r]));
-      const __m256 sb = _mm256_cvtepi32_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(mins[r])));
-      acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(d, dx), sa, acc[r]);
-      acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(dmin, dx), _mm256_xor_ps(sb, _mm256_set1_ps(-0.0f)), acc[r]);
-    }
-  }
-  for (int r = 0; r < R; ++r) store_outputs(acc[r], bias, y + (i0 + r) * ldy);
+// The few-row tiles with maddubs (linear_int8_tiles.inc): pairs of products in int16, widened and
+// summed by madd (by ones, or by each dword's scale as an (s, s) int16 pair).
+inline __m256i dot4(__m256i u, __m256i s) { return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)); }
+inline __m256i scale_words(__m256i s32) { return pair_words(s32); }
+inline __m256i add_scaled(__m256i acc, __m256i u, __m256i s, __m256i sc) {
+  return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), sc));
 }
-
-// Q6_K: R rows from i0 times the 8 W rows at w, nb super-blocks.
-template <int R>
-void tile_q6k(const ActRows& a, int64_t i0, const uint8_t* w, int64_t rb, int64_t nb, const float* bias, float* y,
-              int64_t ldy, const uint8_t* pf) {
-  const __m256i low4 = _mm256_set1_epi8(15), low2 = _mm256_set1_epi8(3);
-  const int64_t nbx = a.k / kQKBlock;
-  __m256 acc[R];
-  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
-  for (int64_t b = 0; b < nb; ++b) {
-    prefetch_share(pf, b, 8 * kQ6KBlockBytes);
-    alignas(32) __m256i part[R][8];
-    for (int n = 0; n < 8; ++n) {
-      const uint8_t* blk = w + n * rb + b * kQ6KBlockBytes;
-      const __m128i sc8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + kQ6KScalesAt));
-      const __m256i sc_pairs[2] = {pair_words(_mm256_cvtepi8_epi32(sc8)),
-                                   pair_words(_mm256_cvtepi8_epi32(_mm_srli_si128(sc8, 8)))};
-      __m256i s[R];
-      for (int r = 0; r < R; ++r) s[r] = _mm256_setzero_si256();
-#pragma GCC unroll 2
-      for (int c = 0; c < 2; ++c) {
-        const __m256i qh = load256(blk + kQ6KHighAt + 32 * c);
-#pragma GCC unroll 4
-        for (int t = 0; t < 4; ++t) {
-          const __m256i ql = load256(blk + 64 * c + 32 * (t % 2));
-          const __m256i lo = _mm256_and_si256(t < 2 ? ql : _mm256_srli_epi16(ql, 4), low4);
-          const __m256i hi = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * t), low2), 4);
-          const __m256i q = _mm256_or_si256(lo, hi);  // 0..63, elements 128 c + 32 t + 0..31
-          const int g = 2 * t;                        // groups 8 c + g, 8 c + g + 1
-          const __m256i sv = _mm256_permutevar8x32_epi32(sc_pairs[c], _mm256_setr_epi32(g, g, g, g, g + 1, g + 1, g + 1, g + 1));
-          for (int r = 0; r < R; ++r) {
-            const int8_t* x = a.q + (i0 + r) * a.k + b * kQKBlock + 128 * c + 32 * t;
-            s[r] = _mm256_add_epi32(s[r], _mm256_madd_epi16(_mm256_maddubs_epi16(q, load256(x)), sv));
-          }
-        }
-      }
-      const __m256i sc16 = _mm256_cvtepi8_epi16(sc8);
-      for (int r = 0; r < R; ++r) {  // the -32 offset: minus 32 * sum_g sc_g * sum(x over g)
-        const __m256i xs = load256(a.s16 + (i0 + r) * (a.k / 16) + b * 16);
-        part[r][n] = _mm256_sub_epi32(s[r], _mm256_slli_epi32(_mm256_madd_epi16(sc16, xs), 5));
-      }
-    }
-    const __m256 d = f16x8(w + b * kQ6KBlockBytes + kQ6KDAt, rb);
-    for (int r = 0; r < R; ++r) {
-      const __m256 dx = _mm256_set1_ps(a.d[(i0 + r) * nbx + b]);
-      acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(reduce_outputs(part[r])), acc[r]);
-    }
-  }
-  for (int r = 0; r < R; ++r) store_outputs(acc[r], bias, y + (i0 + r) * ldy);
-}
-
-template <DType T, int R>
-void tile(const ActRows& a, int64_t i0, const uint8_t* w, int64_t rb, int64_t nb, const float* bias, float* y,
-          int64_t ldy, const uint8_t* pf) {
-  if constexpr (T == DType::kQ4_K || T == DType::kQ5_K) tile_q4k<T, R>(a, i0, w, rb, nb, bias, y, ldy, pf);
-  else if constexpr (T == DType::kQ6_K) tile_q6k<R>(a, i0, w, rb, nb, bias, y, ldy, pf);
-  else tile_q32<T, R>(a, i0, w, rb, nb, bias, y, ldy, pf);
-}
+#include "kernels/cpu/linear_int8_tiles.inc"
 
 // ---- Many rows (prefill): the group's weights interleaved by output, once per row block ----
 //
@@ -1033,6 +889,18 @@ void tile_q4_0_in_place(const ActRows& a, int64_t i0, const uint8_t* w, int64_t 
 }
 #endif
 
+#if defined(ASTRAI_ISA_V3)
+// The few-row tiles with AVX-VNNI (linear_int8_tiles.inc): vpdpbusd sums four products per dword,
+// vpdpwssd multiplies each dword (at most 4 * 63 * 127: it fits in its low int16) by the scale
+// in the low int16 of the other operand's dword (0 above it) and adds.
+inline __m256i dot4(__m256i u, __m256i s) { return _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), u, s); }
+inline __m256i scale_words(__m256i s32) { return _mm256_and_si256(s32, _mm256_set1_epi32(0xffff)); }
+inline __m256i add_scaled(__m256i acc, __m256i u, __m256i s, __m256i sc) {
+  return _mm256_dpwssd_avx_epi32(acc, dot4(u, s), sc);
+}
+#include "kernels/cpu/linear_int8_tiles.inc"
+#endif
+
 }  // namespace vnni
 ASTRAI_PRAGMA(GCC pop_options)
 
@@ -1127,32 +995,31 @@ void outputs(const ActRows& a, int64_t i0, int64_t i1, const uint8_t* w, int64_t
       if (vnni) return outputs_steps<T, true>(a, i0, i1, w, nb, bias, y, ldy, pf);
     if constexpr (T != DType::kQ8_0) return outputs_steps<T, false>(a, i0, i1, w, nb, bias, y, ldy, pf);
   }
+  // Few rows: W read in place, tiles of up to 4 rows (with VNNI: v4's zmm tiles but for Q8_0,
+  // v3's tiles with AVX-VNNI for the k-quants).
   const int64_t rb = nb * block_bytes(T);
-#if defined(ASTRAI_ISA_V4)
-  if constexpr (T == DType::kQ4_K || T == DType::kQ5_K || T == DType::kQ4_0 || T == DType::kQ6_K) {
-    if (a.vnni) {
-      for (int64_t i = i0; i < i1;) {
-        const int64_t r = std::min<int64_t>(kTileRows, i1 - i);
-        const uint8_t* p = i == i0 ? pf : nullptr;
-        with_rows<kTileRows>(r, [&](auto rows) {
-          constexpr int kR = decltype(rows)::value;
-          if constexpr (T == DType::kQ4_0) vnni::tile_q4_0_in_place<kR>(a, i, w, rb, nb, bias, y, ldy, p);
-          else if constexpr (T == DType::kQ6_K) vnni::tile_q6k_in_place<kR>(a, i, w, rb, nb, bias, y, ldy, p);
-          else vnni::tile_q4k_in_place<T, kR>(a, i, w, rb, nb, bias, y, ldy, p);
-        });
-        i += r;
-      }
-      return;
-    }
-  }
-#endif
   for (int64_t i = i0; i < i1;) {
     const int64_t r = std::min<int64_t>(kTileRows, i1 - i);
     const uint8_t* p = i == i0 ? pf : nullptr;
-    if (r == 4) tile<T, 4>(a, i, w, rb, nb, bias, y, ldy, p);
-    else if (r == 3) tile<T, 3>(a, i, w, rb, nb, bias, y, ldy, p);
-    else if (r == 2) tile<T, 2>(a, i, w, rb, nb, bias, y, ldy, p);
-    else tile<T, 1>(a, i, w, rb, nb, bias, y, ldy, p);
+    with_rows<kTileRows>(r, [&](auto rows) {
+      constexpr int kR = decltype(rows)::value;
+#if defined(ASTRAI_ISA_V4)
+      if constexpr (T != DType::kQ8_0) {
+        if (a.vnni) {
+          if constexpr (T == DType::kQ4_0) vnni::tile_q4_0_in_place<kR>(a, i, w, rb, nb, bias, y, ldy, p);
+          else if constexpr (T == DType::kQ6_K) vnni::tile_q6k_in_place<kR>(a, i, w, rb, nb, bias, y, ldy, p);
+          else vnni::tile_q4k_in_place<T, kR>(a, i, w, rb, nb, bias, y, ldy, p);
+          return;
+        }
+      }
+#else
+      // v3: the k-quants' tiles with AVX-VNNI (Zen 5 as v3, one thread, 3-4 rows: +10-35%; Q8_0
+      // and Q4_0 measured level, so they keep maddubs).
+      if constexpr (is_k_quant(T))
+        if (a.vnni) return vnni::tile<T, kR>(a, i, w, rb, nb, bias, y, ldy, p);
+#endif
+      tile<T, kR>(a, i, w, rb, nb, bias, y, ldy, p);
+    });
     i += r;
   }
 }
