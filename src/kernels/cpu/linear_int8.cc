@@ -9,9 +9,10 @@
 // whose lanes are the outputs, so the f32 chain of every output runs in its own lane. With more
 // rows than one tile, Q4_0, Q4_K, Q5_K and Q6_K groups are first interleaved by output in cache (see
 // "Many rows" below), which needs no reduction at all; where the CPU has VNNI, every format, Q8_0
-// too, takes that route with vpdpbusd (see "VNNI"; zmm on v4). v4 with VNNI also reads Q4_0,
-// Q4_K, Q5_K and Q6_K in place through zmm tiles of up to 4 rows (decode: tile_q4_0_in_place,
-// tile_q4k_in_place, tile_q6k_in_place).
+// too, takes that route with vpdpbusd (see "VNNI"; zmm on v4). The tiles of up to 4 rows
+// (linear_int8_tiles.inc) run with VNNI too: on v3 the k-quants' (AVX-VNNI), on v4 zmm tiles of
+// their own for Q4_0, Q4_K, Q5_K and Q6_K (tile_q4_0_in_place, tile_q4k_in_place,
+// tile_q6k_in_place).
 #include "kernels/cpu/linear_int8.h"
 
 #include <omp.h>
