@@ -54,7 +54,11 @@ def decode():
         ms = [float(m) for m in re.findall(r"([0-9.]+) ms", rows)]
         names = re.findall(r"  ([a-z+ ]+?) +[0-9.]+ ms", rows)
         check("attention" in names and "lm head" in names, "the table names attention and the LM head")
-        check(abs(sum(ms) - float(total)) <= 0.01 * float(total) + 0.002, "its rows add up to the total")
+        # Each printed value is rounded to 0.001 ms: the rows' sum may be off the printed total by
+        # half of that per value (the tiny model's forward is ~0.04 ms, where a fixed 0.002 ms
+        # tolerance was within the rounding of 13 values and failed once in a while).
+        check(abs(sum(ms) - float(total)) <= 0.0005 * (len(ms) + 1) + 0.01 * float(total),
+              "its rows add up to the total")
 
 
 def prefix():
