@@ -19,7 +19,7 @@ Prints a Markdown table (tokens/s and our / llama.cpp ratios) and writes the raw
 Our Q8_0, Q4_0, Q4_K, Q5_K and Q6_K checkpoints are written by `astrai quantize` from the f32 one (the same
 bytes as llama-quantize's blocks, except that llama-quantize's Q4_0 keeps the tied embedding at
 Q6_K, see its log; its k-quants are --pure, every matrix in that type as ours); Q4_K_M, llama.cpp's default
-mixture with some matrices at Q6_K, is measured on llama.cpp's side only.
+mixture with some matrices at Q6_K, is llama-quantize's GGUF file, which both programs run.
 Needs: bench/llamacpp/build.sh (run by this script), build/release/src/astrai, numpy.
 """
 import argparse
@@ -43,7 +43,7 @@ CONFIG = {"model_type": "llama", "vocab_size": 32000, "hidden_size": 768, "inter
 OURS = ("f32", "bf16", "f16")
 OUR_QUANT = ("q8_0", "q4_0", "q4_k", "q5_k", "q6_k")  # written by astrai quantize from the f32 checkpoint
 # llama-quantize's type for each format; q4_k is --pure (every matrix Q4_K, as ours), q4_k_m is
-# llama.cpp's default Q4_K mixture (Q6_K for some matrices), measured on its side only.
+# llama.cpp's default Q4_K mixture (Q6_K for some matrices), whose GGUF file both sides run.
 QUANT = {"q8_0": "Q8_0", "q4_0": "Q4_0", "q4_k": "Q4_K", "q5_k": "Q5_K_S", "q6_k": "Q6_K", "q4_k_m": "Q4_K_M"}
 PURE = ("q4_k", "q5_k", "q6_k")
 
@@ -326,6 +326,8 @@ def main():
                         write_ours(weights, "f32", f32_dir)
                     run([a.astrai, "quantize", "--model", f32_dir, "--type", fmt, "--output", d])
             r["astrai"] = our_side(a.astrai, d, a.threads, not a.no_batched)
+        else:  # llama.cpp's own mixture (Q4_K_M): we run the same GGUF file
+            r["astrai"] = our_side(a.astrai, gguf_path, a.threads, not a.no_batched)
         results[fmt] = r
         log(fmt, json.dumps(r))
     report = {"cpu": cpu_model(), "threads": a.threads, "date": time.strftime("%Y-%m-%d"), "results": results,
