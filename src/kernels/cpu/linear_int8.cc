@@ -185,6 +185,18 @@ inline void store_outputs(__m256 acc, const float* bias, float* y) {
   _mm256_storeu_ps(y, bias ? _mm256_add_ps(acc, _mm256_loadu_ps(bias)) : acc);
 }
 
+// One block's step of the definition (dot_ref in linear_int8_ref.inc) for 8 outputs: acc +
+// (d_w * d_x) * float(s), one fused multiply-add. Every x86 tile ends its blocks through these.
+inline __m256 add_block(__m256 acc, __m256 dw, float dx, __m256i s) {
+  return _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(dx)), _mm256_cvtepi32_ps(s), acc);
+}
+// Q4_K / Q5_K: + d * d_x * sa, then - dmin * d_x * sb.
+inline __m256 add_k_block(__m256 acc, __m256 d, __m256 dmin, float dx, __m256i sa, __m256i sb) {
+  acc = add_block(acc, d, dx, sa);
+  return _mm256_fmadd_ps(_mm256_mul_ps(dmin, _mm256_set1_ps(dx)),
+                         _mm256_xor_ps(_mm256_cvtepi32_ps(sb), _mm256_set1_ps(-0.0f)), acc);
+}
+
 // The next group's share for block b of this one (pf: its first byte, or null): the 8 rows
 // that follow are contiguous, so the block's 1 / nb of them.
 inline void prefetch_share(const uint8_t* pf, int64_t b, int64_t bytes_per_block) {
@@ -327,8 +339,7 @@ void tile_q4_0_steps(const ActRows& a, int64_t i0, const uint8_t* steps, const f
     for (int r = 0; r < R; ++r) {
       const __m256i s = _mm256_sub_epi32(_mm256_madd_epi16(s16[r], ones),
                                          _mm256_set1_epi32(8 * a.s32[(i0 + r) * nbx + b]));
-      const __m256 scale = _mm256_mul_ps(dw, _mm256_set1_ps(a.d[(i0 + r) * nbx + b]));
-      acc[r] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(s), acc[r]);
+      acc[r] = add_block(acc[r], dw, a.d[(i0 + r) * nbx + b], s);
     }
   }
   for (int r = 0; r < R; ++r) store_outputs(acc[r], bias, y + (i0 + r) * ldy);
@@ -385,12 +396,7 @@ inline void finish_q4_k_block(const ActRows& a, int64_t i0, const uint8_t* blk, 
   }
   const int64_t nbx = a.k / kQKBlock;
   const __m256 d = _mm256_loadu_ps(scales + b * 16), dmin = _mm256_loadu_ps(scales + b * 16 + 8);
-  for (int r = 0; r < R; ++r) {
-    const __m256 dx = _mm256_set1_ps(a.d[(i0 + r) * nbx + b]);
-    acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(sa[r]), acc[r]);
-    acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(dmin, dx),
-                             _mm256_xor_ps(_mm256_cvtepi32_ps(sb[r]), _mm256_set1_ps(-0.0f)), acc[r]);
-  }
+  for (int r = 0; r < R; ++r) acc[r] = add_k_block(acc[r], d, dmin, a.d[(i0 + r) * nbx + b], sa[r], sb[r]);
 }
 
 // Q4_K / Q5_K, interleaved: R rows from i0 times the group. Q5_K's products (at most 31 * 127
@@ -482,10 +488,7 @@ inline void finish_q6_k_block(const ActRows& a, int64_t i0, const uint8_t* blk, 
   }
   const int64_t nbx = a.k / kQKBlock;
   const __m256 d = _mm256_loadu_ps(scales + b * 16);
-  for (int r = 0; r < R; ++r) {
-    const __m256 dx = _mm256_set1_ps(a.d[(i0 + r) * nbx + b]);
-    acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(sa[r]), acc[r]);
-  }
+  for (int r = 0; r < R; ++r) acc[r] = add_block(acc[r], d, a.d[(i0 + r) * nbx + b], sa[r]);
 }
 
 // Q6_K, interleaved: R rows from i0 times the group. Two steps of 6-bit products (at most
@@ -633,8 +636,7 @@ void tile_q32_steps(const ActRows& a, int64_t i0, const uint8_t* steps, const fl
     for (int r = 0; r < R; ++r) {
       const __m256i c = T == DType::kQ8_0 ? load256(blk + kBlockSteps * kStepBytes)  // 128 * sum q_w
                                           : _mm256_set1_epi32(8 * a.s32[(i0 + r) * nbx + b]);  // nibble - 8
-      const __m256 scale = _mm256_mul_ps(dw, _mm256_set1_ps(a.d[(i0 + r) * nbx + b]));
-      acc[r] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(_mm256_sub_epi32(output_sums(s[r]), c)), acc[r]);
+      acc[r] = add_block(acc[r], dw, a.d[(i0 + r) * nbx + b], _mm256_sub_epi32(output_sums(s[r]), c));
     }
   }
   for (int r = 0; r < R; ++r) store_outputs(acc[r], bias, y + (i0 + r) * ldy);
@@ -761,11 +763,7 @@ void tile_q4k_in_place(const ActRows& a, int64_t i0, const uint8_t* w, int64_t r
       const __m512i t = _mm512_add_epi32(_mm512_unpacklo_epi32(p0, p1), _mm512_unpackhi_epi32(p0, p1));
       const __m512i u = _mm512_add_epi32(t, _mm512_shuffle_epi32(t, _MM_PERM_BADC));
       const __m256i mins = _mm512_castsi512_si256(_mm512_permutexvar_epi32(gather, u));
-      const __m256 dx = _mm256_set1_ps(a.d[(i0 + r) * nbx + b]);
-      const __m256 sa = _mm256_cvtepi32_ps(reduce_outputs(part[r]));
-      const __m256 sb = _mm256_cvtepi32_ps(mins);
-      acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(d, dx), sa, acc[r]);
-      acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(dmin, dx), _mm256_xor_ps(sb, _mm256_set1_ps(-0.0f)), acc[r]);
+      acc[r] = add_k_block(acc[r], d, dmin, a.d[(i0 + r) * nbx + b], reduce_outputs(part[r]), mins);
     }
   }
   for (int r = 0; r < R; ++r) store_outputs(acc[r], bias, y + (i0 + r) * ldy);
@@ -825,10 +823,7 @@ void tile_q6k_in_place(const ActRows& a, int64_t i0, const uint8_t* w, int64_t r
       }
     }
     const __m256 d = f16x8(w + b * kQ6KBlockBytes + kQ6KDAt, rb);
-    for (int r = 0; r < R; ++r) {
-      const __m256 dx = _mm256_set1_ps(a.d[(i0 + r) * nbx + b]);
-      acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(reduce_outputs(part[r])), acc[r]);
-    }
+    for (int r = 0; r < R; ++r) acc[r] = add_block(acc[r], d, a.d[(i0 + r) * nbx + b], reduce_outputs(part[r]));
   }
   for (int r = 0; r < R; ++r) store_outputs(acc[r], bias, y + (i0 + r) * ldy);
 }
@@ -878,11 +873,11 @@ void tile_q4_0_in_place(const ActRows& a, int64_t i0, const uint8_t* w, int64_t 
       const __m256i hi = _mm256_hadd_epi32(_mm256_hadd_epi32(f[r][4], f[r][5]), _mm256_hadd_epi32(f[r][6], f[r][7]));
       const int64_t at = (i0 + r) * nbx + b;
       const __m256i s0 = _mm256_sub_epi32(_mm256_permute2x128_si256(lo, hi, 0x20), _mm256_set1_epi32(8 * a.s32[at]));
-      acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(dw0, _mm256_set1_ps(a.d[at])), _mm256_cvtepi32_ps(s0), acc[r]);
+      acc[r] = add_block(acc[r], dw0, a.d[at], s0);
       if (pair) {
         const __m256i s1 =
             _mm256_sub_epi32(_mm256_permute2x128_si256(lo, hi, 0x31), _mm256_set1_epi32(8 * a.s32[at + 1]));
-        acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(dw1, _mm256_set1_ps(a.d[at + 1])), _mm256_cvtepi32_ps(s1), acc[r]);
+        acc[r] = add_block(acc[r], dw1, a.d[at + 1], s1);
       }
     }
   }
