@@ -12,7 +12,9 @@ kept as the only copy. This disassembles each binary (objdump) and fails if
     function outside astrai::kernels::v3 and ::v4, or
   * a VNNI instruction (AVX-VNNI or AVX-512 VNNI: vpdpbusd, vpdpwssd and their saturating forms),
     which neither level implies, appears outside a level's `vnni` namespace: the kernels call
-    those only after checking the CPU (src/kernels/cpu/linear_int8.cc).
+    those only after checking the CPU (src/kernels/cpu/linear_int8.cc), or
+  * an AVX512_BF16 instruction (vdpbf16ps, vcvtne2ps2bf16, vcvtneps2bf16), which v4 does not
+    imply, appears outside v4's `bf16dot` namespace (src/kernels/cpu/linear_bf16.cc).
 
 Usage: check-isa.py BINARY...   (exit 0: clean; 1: offending functions listed)
 """
@@ -25,6 +27,7 @@ BMI = {"andn", "bextr", "blsi", "blsmsk", "blsr", "bzhi", "mulx", "pdep", "pext"
        "lzcnt", "movbe"}  # not tzcnt: GCC's baseline code emits `rep bsf`, which runs as bsf on older CPUs
 FUNC = re.compile(r"^[0-9a-f]+ <(.*)>:$")
 VNNI = re.compile(r"\bvpdp(bu|ws)sds?\b")
+BF16 = re.compile(r"\bv(dpbf16ps|cvtne2?ps2bf16)\b")
 
 
 def level_of(instr):
@@ -47,7 +50,7 @@ def check(path):
     dump = subprocess.run(["objdump", "-d", "--no-show-raw-insn", "-C", path], check=True, capture_output=True,
                           text=True).stdout
     bad = {}
-    counts = {"v3": 0, "v4": 0, "vnni": 0}
+    counts = {"v3": 0, "v4": 0, "vnni": 0, "bf16": 0}
     func = "?"
     for line in dump.splitlines():
         m = FUNC.match(line)
@@ -63,11 +66,16 @@ def check(path):
             if "::vnni::" not in func:
                 bad.setdefault(func, ("VNNI (only in a level's vnni namespace)", line.strip()))
                 continue
+        if BF16.search(line):
+            counts["bf16"] += 1
+            if "astrai::kernels::v4::" not in func or "::bf16dot::" not in func:
+                bad.setdefault(func, ("AVX512_BF16 (only in v4's bf16dot namespace)", line.strip()))
+                continue
         allowed = "astrai::kernels::v4::" in func or (lvl == "v3" and "astrai::kernels::v3::" in func)
         if not allowed:
             bad.setdefault(func, (lvl, line.strip()))
-    print("%s: %d AVX-512, %d AVX2-level and %d VNNI instructions, all inside their levels' kernels"
-          % (path, counts["v4"], counts["v3"], counts["vnni"])
+    print("%s: %d AVX-512, %d AVX2-level, %d VNNI and %d AVX512_BF16 instructions, all inside their levels' kernels"
+          % (path, counts["v4"], counts["v3"], counts["vnni"], counts["bf16"])
           if not bad else "%s: %d functions use instructions beyond their level:" % (path, len(bad)))
     for func, (lvl, line) in sorted(bad.items())[:40]:
         print("  %s needs %s: %s" % (func, lvl, line))

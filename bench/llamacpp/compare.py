@@ -14,7 +14,11 @@ same thread count:
 Prints a Markdown table (tokens/s and our / llama.cpp ratios) and writes the raw results as JSON.
 
     bench/llamacpp/compare.py [--threads 2] [--formats f32,bf16,f16,q8_0,q4_0,q4_k,q4_k_m,q5_k,q6_k]
-                              [--no-batched] [--out build/llamacpp/compare]
+                              [--no-batched] [--bf16-dot] [--out build/llamacpp/compare]
+
+--bf16-dot adds a row "bf16 --bf16-dot": our bf16 checkpoint again with bf16 weights times
+bf16-rounded activations (AVX512_BF16's VDPBF16PS where the CPU has it), the arithmetic llama.cpp
+uses for bf16 weights on such CPUs, against the same llama.cpp figures.
 
 Our Q8_0, Q4_0, Q4_K, Q5_K and Q6_K checkpoints are written by `astrai quantize` from the f32 one (the same
 bytes as llama-quantize's blocks, except that llama-quantize's Q4_0 keeps the tied embedding at
@@ -222,16 +226,20 @@ def llama_side(bin_dir, gguf_path, threads, batched):
     return res
 
 
-def our_side(astrai, model_dir, threads, batched):
+def our_side(astrai, model_dir, threads, batched, env=None):
     res = {}
     common = ["--model", model_dir, "--threads", str(threads), "--kv-dtype", "bf16", "--json"]
-    j = last_json(run([astrai, "bench", "prefill", "--prompt", "512", "--batches", "1", "--repeat", "3"] + common))
+    j = last_json(run([astrai, "bench", "prefill", "--prompt", "512", "--batches", "1", "--repeat", "3"] + common,
+                      env))
     res["pp512"] = j["batches"][0]["tokens_per_s"]
     res["kernels"], res["cpu"] = j["kernels"], j["cpu"]
-    j = last_json(run([astrai, "bench", "prefill", "--prompt", "4096", "--batches", "1", "--repeat", "3"] + common))
+    res["bf16_dot"] = j.get("bf16_dot", "off")
+    j = last_json(run([astrai, "bench", "prefill", "--prompt", "4096", "--batches", "1", "--repeat", "3"] + common,
+                      env))
     res["pp4096"] = j["batches"][0]["tokens_per_s"]
     batches = "1,8,32" if batched else "1"
-    j = last_json(run([astrai, "bench", "decode", "--prompt", "512", "--gen", "128", "--batches", batches] + common))
+    j = last_json(run([astrai, "bench", "decode", "--prompt", "512", "--gen", "128", "--batches", batches] + common,
+                      env))
     for b in j["batches"]:
         res[f"b{b['batch']}_tg"] = b["tokens_per_s"]
     res["tg128"] = res["b1_tg"]
@@ -280,6 +288,8 @@ def main():
     ap.add_argument("--out", default=os.path.join(ROOT, "build", "llamacpp", "compare"))
     ap.add_argument("--astrai", default=os.path.join(ROOT, "build", "release", "src", "astrai"))
     ap.add_argument("--table", metavar="RESULTS_JSON", help="only print the table of an earlier run's results.json")
+    ap.add_argument("--bf16-dot", action="store_true",
+                    help="also run our bf16 checkpoint with --bf16-dot (bf16-rounded activations, as llama.cpp)")
     ap.add_argument("--activations", choices=["q8", "f32"], default="q8",
                     help="what our quantized weights multiply (astrai --activations; q8, the default, as llama.cpp)")
     a = ap.parse_args()
@@ -330,6 +340,11 @@ def main():
             r["astrai"] = our_side(a.astrai, gguf_path, a.threads, not a.no_batched)
         results[fmt] = r
         log(fmt, json.dumps(r))
+        if fmt == "bf16" and a.bf16_dot:
+            env = dict(os.environ, ASTRAI_BF16_DOT="1")
+            results["bf16 --bf16-dot"] = {"llama.cpp": r["llama.cpp"],
+                                          "astrai": our_side(a.astrai, d, a.threads, not a.no_batched, env)}
+            log("bf16 --bf16-dot", json.dumps(results["bf16 --bf16-dot"]))
     report = {"cpu": cpu_model(), "threads": a.threads, "date": time.strftime("%Y-%m-%d"), "results": results,
               "activations": a.activations}
     with open(os.path.join(a.out, "results.json"), "w") as f:

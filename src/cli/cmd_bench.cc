@@ -285,14 +285,15 @@ void run_decode(const DecodeFlags& f) {
   const kernels::CpuInfo& cpu = kernels::cpu_info();
   const std::string level(kernels::isa_name(kernels::active_isa()));
   if (on_cpu)
-    std::printf("cpu: %s, kernels %s, quantized weights times %s activations\n",
+    std::printf("cpu: %s, kernels %s, quantized weights times %s activations, bf16 dot %s\n",
                 cpu.model.empty() ? cpu.arch.c_str() : cpu.model.c_str(), level.c_str(),
-                kernels::activations_name(kernels::activations()));
+                kernels::activations_name(kernels::activations()), kernels::bf16_dot_name());
   else
     std::printf("device: cuda (the attention share is not measured there: kernels run asynchronously)\n");
   Json report = {{"params", m->num_parameters()}, {"weight_bytes", weight_bytes}, {"copy_bw", bw},
                  {"cpu", cpu.model}, {"kernels", level}, {"device", on_cpu ? "cpu" : "cuda"},
-                 {"activations", kernels::activations_name(kernels::activations())}};
+                 {"activations", kernels::activations_name(kernels::activations())},
+                 {"bf16_dot", kernels::bf16_dot_name()}};
   double tps1 = 0;
   for (int b : f.batches) {
     RunStats s = run_batch(m, b, f.prompt, f.gen, false, f.kv_dtype);
@@ -343,11 +344,12 @@ void run_prefill(const PrefillFlags& f) {
   const std::string level = on_cpu ? std::string(kernels::isa_name(kernels::active_isa())) : "cuda";
   const char* acts = kernels::activations_name(kernels::activations());
   std::printf("model: %.1fM parameters, %.0f MB of weights; %d threads; cpu: %s, kernels %s; quantized weights "
-              "times %s activations\n",
+              "times %s activations; bf16 dot %s\n",
               m->num_parameters() / 1e6, static_cast<double>(m->weight_bytes()) / 1e6, num_threads(),
-              cpu.model.empty() ? cpu.arch.c_str() : cpu.model.c_str(), level.c_str(), acts);
+              cpu.model.empty() ? cpu.arch.c_str() : cpu.model.c_str(), level.c_str(), acts, kernels::bf16_dot_name());
   Json report = {{"params", m->num_parameters()}, {"weight_bytes", static_cast<double>(m->weight_bytes())},
-                 {"cpu", cpu.model}, {"kernels", level}, {"prompt", f.prompt}, {"activations", acts}};
+                 {"cpu", cpu.model}, {"kernels", level}, {"prompt", f.prompt}, {"activations", acts},
+                 {"bf16_dot", kernels::bf16_dot_name()}};
   for (int b : f.batches) {
     ASTRAI_CHECK(b > 0, "bench prefill: batch sizes must be positive (got ", b, ")");
     RunStats best;

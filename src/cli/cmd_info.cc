@@ -72,6 +72,7 @@ Json cpu_json() {
   j["blas_core"] = kernels::blas_core();
   j["activations"] = kernels::activations_name(kernels::activations());
   j["vnni"] = kernels::vnni_in_use();
+  j["bf16_dot"] = kernels::bf16_dot_name();
   return j;
 }
 
@@ -89,6 +90,10 @@ void print_cpu() {
   const std::string vnni = j["vnni"];
   std::printf("vnni:         %s\n", vnni.empty() ? "not used (the CPU or level lacks it, or ASTRAI_CPU_VNNI=0)"
                                                   : (vnni + " (8-bit dot products; ASTRAI_CPU_VNNI=0 turns it off)").c_str());
+  const std::string bf16 = j["bf16_dot"];
+  std::printf("bf16 dot:     %s\n", bf16 == "off" ? "off (bf16 weights widened exactly; --bf16-dot)"
+                                  : bf16 == "vdpbf16ps" ? "on, VDPBF16PS (bf16 weights times bf16-rounded activations)"
+                                                        : "on, emulated (this CPU or level has no AVX512_BF16: slower than off)");
 }
 
 void run_info(const InfoOptions& o) {

@@ -265,6 +265,44 @@ TEST_P(IsaIdentity, LinearQ8ActivationsWithAndWithoutVnni) {
   }
 }
 
+// The bf16-dot mode (kernels/cpu/linear_bf16.h): each level equals generic on every path (few
+// rows and many, several row blocks, partial groups, K tails within and after a K block), with
+// activations that round to bf16 denormals, products that underflow and weights that are
+// denormal. On v4 with AVX512_BF16 this compares the CPU's VDPBF16PS with the definition.
+TEST_P(IsaIdentity, LinearBf16DotEveryPath) {
+  struct ScopedBf16Dot {
+    explicit ScopedBf16Dot(bool on) : saved(bf16_dot()) { set_bf16_dot(on); }
+    ~ScopedBf16Dot() { set_bf16_dot(saved); }
+    bool saved;
+  } on(true);
+  const std::vector<LinearShape> shapes = {
+      {1, 8, 32},   {1, 40, 2500}, {2, 13, 16},   {3, 96, 17},   {4, 50, 1024},  {5, 31, 1025}, {8, 24, 300},
+      {9, 23, 100}, {16, 61, 48},  {65, 30, 150}, {200, 17, 40}, {7, 130, 3000}, {1, 1, 1},     {3, 2, 33},
+      {197, 21, 2100},
+  };
+  for (const LinearShape& s : shapes) {
+    auto x = randn(static_cast<size_t>(s.m * s.k), 11);
+    for (size_t e = 5; e < x.size(); e += 41) x[e] *= 1e-38f;  // bf16 denormals or underflowing products
+    for (int64_t e = 0; e < s.k; ++e) x[static_cast<size_t>(e)] *= 1e-21f;  // row 0 tiny
+    auto wf = randn(static_cast<size_t>(s.n * s.k), 12, 0.2f);
+    for (size_t e = 3; e < wf.size(); e += 53) wf[e] *= e % 2 ? 1e-30f : 1e-39f;
+    // Every third output tiny: against row 0, sums of products near the smallest normal f32.
+    for (int64_t j = 0; j < s.n; j += 3)
+      for (int64_t e = 0; e < s.k; ++e) wf[static_cast<size_t>(j * s.k + e)] *= 1e-17f;
+    const auto wh = to_bits(wf, DType::kBF16);
+    const auto bias = randn(static_cast<size_t>(s.n), 13);
+    expect_linear_same(x, s.m, WeightView{wh.data(), DType::kBF16, s.n, s.k}, bias);
+  }
+}
+
+// v4 computes the bf16-dot mode with VDPBF16PS wherever the CPU has AVX512_BF16 (its check at
+// first use passed: the instruction is what linear_bf16.h defines); every other level emulates.
+TEST_P(IsaIdentity, Bf16DotUsesTheInstructionWhereTheCpuHasIt) {
+  const bool expected = GetParam() == Isa::kV4 && cpu_has("avx512_bf16");
+  EXPECT_EQ(lvl_->bf16_dot_native(), expected) << isa_name(GetParam());
+  EXPECT_FALSE(ref_->bf16_dot_native());
+}
+
 TEST_P(IsaIdentity, LinearNonInvariantModeAndTrainingGemms) {
   const int64_t m = 40, n = 33, k = 70;
   const auto x = randn(m * k, 4), w = randn(n * k, 5), b = randn(n, 6), dy = randn(m * n, 7);

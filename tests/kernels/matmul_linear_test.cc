@@ -22,6 +22,13 @@ struct ScopedActivations {
   Activations saved;
 };
 
+// Sets the bf16-dot mode for a scope (off by default).
+struct ScopedBf16Dot {
+  explicit ScopedBf16Dot(bool on) : saved(bf16_dot()) { set_bf16_dot(on); }
+  ~ScopedBf16Dot() { set_bf16_dot(saved); }
+  bool saved;
+};
+
 struct Weights {
   DType dtype;
   int64_t n, k;
@@ -137,6 +144,86 @@ TEST_P(LinearDtypeTest, RowsAreBitIdenticalWhateverTheBatch) {
       linear(big.data() + 200 * k, 1, w.view(), bias.data(), y1.data());
       ASSERT_EQ(0, std::memcmp(y1.data(), y37.data() + row * n, y1.size() * sizeof(float))) << "row " << row;
       ASSERT_EQ(0, std::memcmp(y1.data(), y512.data() + 200 * n, y1.size() * sizeof(float)));
+    }
+  }
+}
+
+// The bf16-dot mode (kernels/cpu/linear_bf16.h): bf16 weights times the activations rounded to
+// bf16, within an f32 dot product's error of the double sum of exactly those products, and
+// different from the default mode (which multiplies the unrounded activations).
+TEST(LinearBf16Dot, MatchesDoubleReferenceOfRoundedActivations) {
+  ScopedBf16Dot on(true);
+  std::mt19937 rng(4321);
+  const int64_t ks[] = {1, 2, 31, 32, 33, 100, 768, 1025, 2100};
+  const int64_t ns[] = {1, 7, 8, 9, 16, 31, 130};
+  std::uniform_int_distribution<int> pick_k(0, std::size(ks) - 1), pick_n(0, std::size(ns) - 1);
+  int differ = 0;
+  for (const int64_t m : {1, 2, 3, 4, 5, 8, 9, 13, 40, 200}) {
+    const int64_t k = ks[pick_k(rng)], n = ns[pick_n(rng)];
+    const Weights w = make_weights(DType::kBF16, n, k, rng);
+    const auto x = random_vec(static_cast<size_t>(m * k), rng);
+    std::vector<float> rounded(x.size());
+    for (size_t e = 0; e < x.size(); ++e) rounded[e] = bf16_to_f32(f32_to_bf16(x[e]));
+    const auto bias = random_vec(static_cast<size_t>(n), rng);
+    std::vector<float> y(static_cast<size_t>(m * n), std::nanf("")), exact(y.size());
+    linear(x.data(), m, w.view(), bias.data(), y.data());
+    expect_close(rounded, m, w, &bias, y);
+    {
+      ScopedBf16Dot off(false);
+      linear(x.data(), m, w.view(), bias.data(), exact.data());
+    }
+    differ += std::memcmp(y.data(), exact.data(), y.size() * sizeof(float)) != 0;
+  }
+  EXPECT_GT(differ, 5) << "the mode should change most results (the activations are rounded)";
+}
+
+// Denormals as VDPBF16PS treats them: a bf16 denormal operand counts as zero (DAZ), a denormal
+// result is flushed (FTZ). The default mode keeps both.
+TEST(LinearBf16Dot, FlushesDenormalsAsTheInstruction) {
+  const auto bits = [](float f) { return f32_to_bf16(f); };
+  const float tiny = std::ldexp(1.0f, -70);  // tiny * tiny = 2^-140, an f32 denormal
+  struct Case {
+    float x0, x1;
+    uint16_t w0, w1;
+  };
+  for (const Case& c : {Case{tiny, 0.0f, bits(tiny), 0}, Case{-tiny, 0.0f, bits(tiny), 0},
+                        Case{std::ldexp(1.0f, -130), 0.0f, bits(1.0f), 0},       // x a denormal
+                        Case{1.0f, 0.0f, static_cast<uint16_t>(0x0001), 0}}) {  // w a denormal
+    const float x[2] = {c.x0, c.x1};
+    const uint16_t w[2] = {c.w0, c.w1};
+    const WeightView wv{w, DType::kBF16, 1, 2};
+    float dot = -1.0f, exact = -1.0f;
+    {
+      ScopedBf16Dot on(true);
+      linear(x, 1, wv, nullptr, &dot);
+    }
+    {
+      ScopedBf16Dot off(false);
+      linear(x, 1, wv, nullptr, &exact);
+    }
+    EXPECT_EQ(dot, 0.0f) << "x0 " << c.x0 << " w0 " << c.w0;
+    EXPECT_NE(exact, 0.0f) << "x0 " << c.x0 << " w0 " << c.w0;
+  }
+}
+
+// A row's bits do not depend on the batch in the bf16-dot mode either (the tiles for few rows,
+// the blocked order for many, several row blocks at 512).
+TEST(LinearBf16Dot, RowsAreBitIdenticalWhateverTheBatch) {
+  ScopedBf16Dot on(true);
+  std::mt19937 rng(8);
+  for (const auto& [n, k] : {std::pair<int64_t, int64_t>{129, 203}, {50, 2048}, {40, 2500}}) {
+    const Weights w = make_weights(DType::kBF16, n, k, rng);
+    const auto bias = random_vec(static_cast<size_t>(n), rng);
+    const auto big = random_vec(static_cast<size_t>(512 * k), rng);
+    std::vector<float> y512(static_cast<size_t>(512 * n));
+    linear(big.data(), 512, w.view(), bias.data(), y512.data());
+    for (const int64_t m : {1, 2, 3, 5, 8, 9, 37, 193}) {
+      for (const int64_t offset : {int64_t{0}, int64_t{13}, 512 - m}) {
+        std::vector<float> y(static_cast<size_t>(m * n));
+        linear(big.data() + offset * k, m, w.view(), bias.data(), y.data());
+        ASSERT_EQ(0, std::memcmp(y.data(), y512.data() + offset * n, y.size() * sizeof(float)))
+            << "M=" << m << " offset=" << offset << " N=" << n << " K=" << k;
+      }
     }
   }
 }

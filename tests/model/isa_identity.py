@@ -3,7 +3,9 @@
 log-probs are the same bytes under every level this CPU runs (ASTRAI_CPU_ISA=generic, v3, v4
 or neon), on random-weight models of several architectures (tests/model/oracle_forward.py):
 f32, bf16 and f16 checkpoints, MHA/GQA/MQA, qk-norm, the attention gate, MLA; plain and paged
-chunked prefill; greedy and seeded sampling; f32 and bf16 K/V.
+chunked prefill; greedy and seeded sampling; f32 and bf16 K/V. bf16 checkpoints are run a second
+time in the bf16-dot mode (ASTRAI_BF16_DOT=1: VDPBF16PS on v4 CPUs with AVX512_BF16, emulated
+elsewhere), whose outputs must differ from the default's and agree across levels.
 
 With ASTRAI_EMULATE_CPU=Haswell (or another qemu CPU model) every command runs under
 `qemu-x86_64 -cpu MODEL`: the same binary on a CPU without AVX-512 (or without AVX2), whatever
@@ -42,8 +44,8 @@ def check(cond, msg):
         FAILURES.append(msg)
 
 
-def run(level, args, binary=None):
-    env = dict(os.environ, ASTRAI_CPU_ISA=level, OMP_NUM_THREADS="2")
+def run(level, args, binary=None, bf16_dot=False):
+    env = dict(os.environ, ASTRAI_CPU_ISA=level, OMP_NUM_THREADS="2", ASTRAI_BF16_DOT="1" if bf16_dot else "0")
     r = subprocess.run(PREFIX + [binary or ASTRAI] + args, capture_output=True, text=True, env=env, timeout=600)
     if r.returncode != 0:
         raise RuntimeError("astrai %s (%s) failed: %s" % (" ".join(args), level, r.stderr))
@@ -71,7 +73,7 @@ def build(name, tmp):
     return c, d
 
 
-def outputs(level, c, d, tmp, binary=None):
+def outputs(level, c, d, tmp, binary=None, bf16_dot=False):
     """Everything a level produces for model d, as bytes, keyed by what it is."""
     out = {}
     seqs = [[(7 * i + 3) % c.vocab for i in range(1, 30)], [(11 * i + 5) % c.vocab for i in range(1, 9)]]
@@ -80,7 +82,7 @@ def outputs(level, c, d, tmp, binary=None):
         args = ["score", "--model", d, "--dump-logits", npy, "--json"] + extra
         for s in seqs:
             args += ["--ids", ",".join(map(str, s))]
-        stdout = run(level, args, binary).stdout
+        stdout = run(level, args, binary, bf16_dot).stdout
         with open(npy, "rb") as f:
             out["score logits %s" % " ".join(extra)] = f.read()
         out["score logprobs %s" % " ".join(extra)] = stdout
@@ -96,7 +98,7 @@ def outputs(level, c, d, tmp, binary=None):
     for kv in ("f32", "bf16"):
         outp = os.path.join(tmp, "out_%s.jsonl" % level)
         run(level, ["generate", "--model", d, "--input-file", inp, "--output-file", outp, "--temperature", "0",
-                    "--include-ids", "--kv-dtype", kv], binary)
+                    "--include-ids", "--kv-dtype", kv], binary, bf16_dot)
         with open(outp) as f:
             out["generate, %s K/V" % kv] = f.read()
     return out
@@ -133,6 +135,13 @@ def main():
                 got = outputs(level, c, d, tmp)
                 for what, want in ref.items():
                     check(got[what] == want, "%s: %s identical on %s and generic" % (name, what, level))
+            if name.endswith("_bf16"):
+                dot = outputs("generic", c, d, tmp, bf16_dot=True)
+                check(dot["score logits "] != ref["score logits "], "%s: the bf16-dot mode changes the logits" % name)
+                for level in lv[1:]:
+                    got = outputs(level, c, d, tmp, bf16_dot=True)
+                    for what, want in dot.items():
+                        check(got[what] == want, "%s: bf16-dot %s identical on %s and generic" % (name, what, level))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return finish()

@@ -164,7 +164,21 @@ Activations activations() {
 
 namespace {
 std::atomic<int> g_vnni{-1};
+std::atomic<int> g_bf16_dot{-1};
+
+// A 0|1 switch from the environment: 0 when unset or empty.
+int env_switch(const char* name) {
+  const char* env = std::getenv(name);
+  const std::string s = env ? env : "";
+  if (!s.empty() && s != "0" && s != "1") fail(name, ": '", s, "' is not 0 or 1");
+  return s == "1" ? 1 : 0;
+}
 }  // namespace
+
+void set_bf16_dot(bool on) { g_bf16_dot.store(on ? 1 : 0, std::memory_order_relaxed); }
+bool bf16_dot() {
+  return settled(g_bf16_dot, [] { return env_switch("ASTRAI_BF16_DOT"); }) == 1;
+}
 
 void set_vnni(bool on) { g_vnni.store(on ? 1 : 0, std::memory_order_relaxed); }
 bool vnni_allowed() {
@@ -185,6 +199,8 @@ const char* vnni_in_use() {
 void linear(const float* x, int64_t m, const WeightView& w, const float* bias, float* y) {
   active().linear(x, m, w, bias, y);
 }
+bool bf16_dot_native() { return active().bf16_dot_native(); }
+const char* bf16_dot_name() { return !bf16_dot() ? "off" : bf16_dot_native() ? "vdpbf16ps" : "emulated"; }
 void attention(const float* q, const KvSource& kv, const AttentionSeq* seqs, int64_t num_seqs, const AttentionDims& d,
                float* out, AttentionScratch& scratch, float* lse) {
   active().attention(q, kv, seqs, num_seqs, d, out, scratch, lse);

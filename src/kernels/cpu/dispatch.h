@@ -14,6 +14,7 @@
 #include "kernels/cpu/attention_backward.h"
 #include "kernels/cpu/cross_entropy_backward.h"
 #include "kernels/cpu/embedding.h"
+#include "kernels/cpu/gemm_mode.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/linear_backward.h"
 #include "kernels/cpu/matmul.h"
@@ -29,6 +30,7 @@ namespace astrai::kernels {
 struct KernelTable {
   Isa isa;
   decltype(&kernels::linear) linear;
+  decltype(&kernels::bf16_dot_native) bf16_dot_native;
   decltype(&kernels::attention) attention;
   decltype(&kernels::rmsnorm) rmsnorm;
   decltype(&kernels::add_rmsnorm) add_rmsnorm;

@@ -27,6 +27,19 @@ Activations activations();
 Activations parse_activations(const char* name);
 const char* activations_name(Activations a);
 
+// Whether bf16 weights multiply the activations rounded to bf16, with VDPBF16PS's arithmetic
+// (kernels/cpu/linear_bf16.h: pairs of exact products per f32 lane, denormals flushed), as
+// llama.cpp does on CPUs with AVX512_BF16, about twice the products per instruction of the
+// default; off by default: bf16 weights are widened exactly and multiply the f32 activations.
+// Batch-invariant and the same bits on every level either way (emulated where the CPU lacks
+// AVX512_BF16, slower than the default there). The first call reads ASTRAI_BF16_DOT (0|1).
+void set_bf16_dot(bool on);
+bool bf16_dot();
+// Whether the level in use computes that mode with VDPBF16PS on this CPU (false: emulated).
+bool bf16_dot_native();
+// The mode as reported: "off", "vdpbf16ps" or "emulated".
+const char* bf16_dot_name();
+
 // Whether the integer kernels (kQ8) use the CPU's 8-bit dot-product instructions where the level
 // in use and this CPU have them: VNNI's vpdpbusd (AVX-VNNI under v3, AVX-512 VNNI under v4) or
 // ARMv8.2's sdot under neon ("asimddp"; never under generic). On by default;

@@ -31,6 +31,7 @@
 #include "kernels/cpu/gemm_mode.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/level_table.h"
+#include "kernels/cpu/linear_bf16.h"
 #include "kernels/cpu/linear_int8.h"
 #include "kernels/cpu/linear_tile.h"
 #include "kernels/cpu/simd.h"
@@ -39,10 +40,6 @@ ASTRAI_KERNELS_BEGIN
 
 namespace {
 
-// K block of the reduction order, the same for every shape and level. Each block ends in a
-// lane reduction; 1024 instead of 256 made that 4x rarer: +5-18% at M = 32-512 (v4).
-constexpr int64_t kKb = 1024;
-static_assert(kKb % kQKBlock == 0, "a K block holds whole k-quant super-blocks");
 constexpr int64_t kBlasMinRows = 16;  // non-invariant mode: BLAS from this many rows
 
 #if defined(ASTRAI_ISA_GENERIC)
@@ -323,7 +320,9 @@ void linear(const float* x, int64_t m, const WeightView& w, const float* bias, f
   if (m == 0 || w.rows == 0) return;
   switch (w.dtype) {
     case DType::kF32: return linear_typed<DType::kF32>(x, m, w, bias, y);
-    case DType::kBF16: return linear_typed<DType::kBF16>(x, m, w, bias, y);
+    case DType::kBF16:
+      if (bf16_dot() && w.cols > 0) return linear_bf16_dot(x, m, w, bias, y);
+      return linear_typed<DType::kBF16>(x, m, w, bias, y);
     case DType::kF16: return linear_typed<DType::kF16>(x, m, w, bias, y);
     case DType::kQ8_0:
     case DType::kQ4_0:
@@ -342,6 +341,9 @@ void linear(const float* x, int64_t m, const WeightView& w, const float* bias, f
   }
 }
 
-void fill_linear(KernelTable& t) { t.linear = &linear; }
+void fill_linear(KernelTable& t) {
+  t.linear = &linear;
+  t.bf16_dot_native = &bf16_dot_native;
+}
 
 ASTRAI_KERNELS_END
