@@ -183,18 +183,34 @@ struct RunStats {
   DType kv_dtype = DType::kF32;
 };
 
-RunStats run_batch(const std::shared_ptr<const model::Transformer>& m, int batch, int prompt_len, int gen,
-                   bool prefix_cache, const std::string& kv_dtype, const std::vector<int32_t>& shared_prefix = {}) {
+// The forward profile between two snapshots of an engine's cumulative one.
+model::ForwardProfile profile_between(const model::ForwardProfile& a, const model::ForwardProfile& z) {
+  model::ForwardProfile d;
+  d.forwards = z.forwards - a.forwards;
+  for (size_t i = 0; i < z.seconds.size(); ++i) d.seconds[i] = z.seconds[i] - a.seconds[i];
+  return d;
+}
+
+// An engine for `batch` requests of prompt_len (+ shared_prefix_len) + gen tokens.
+std::unique_ptr<infer::Engine> bench_engine(const std::shared_ptr<const model::Transformer>& m, int batch,
+                                            int prompt_len, int gen, bool prefix_cache, const std::string& kv_dtype,
+                                            size_t shared_prefix_len = 0) {
   infer::EngineOptions o;
   o.max_running = std::max(batch, 1);
   o.max_step_tokens = 2048;
   o.prefix_cache = prefix_cache;
   o.kv_dtype = kv_dtype;
   o.prefault_kv = true;  // as a server's (and llama.cpp's cleared) cache: page faults are not the work measured
-  const int64_t tokens = int64_t(batch) * (prompt_len + int64_t(shared_prefix.size()) + gen + 32);
+  const int64_t tokens = int64_t(batch) * (prompt_len + int64_t(shared_prefix_len) + gen + 32);
   // Sized for f32 elements: bf16 gets twice the pages it needs, never too few.
   o.kv_cache_bytes = std::max<int64_t>(tokens * m->kv_bytes_per_token(DType::kF32), 64 << 20);
-  infer::Engine engine(m, nullptr, o);
+  return std::make_unique<infer::Engine>(m, nullptr, o);
+}
+
+// One run of `batch` requests on `engine` (bench_engine's shape); the stats are this run's alone.
+RunStats run_on(infer::Engine& engine, const std::shared_ptr<const model::Transformer>& m, int batch, int prompt_len,
+                int gen, const std::vector<int32_t>& shared_prefix = {}) {
+  const infer::EngineStats start = engine.stats();
   BenchTimer clock;
   std::vector<infer::RequestHandle> handles;
   // Callbacks run on the engine thread, one at a time; the main thread reads these after
@@ -244,23 +260,29 @@ RunStats run_batch(const std::shared_ptr<const model::Transformer>& m, int batch
   s.total_seconds = clock.seconds();
   s.mean_ttft = ttft / batch;
   const auto st = engine.stats();
-  s.cache_hits = st.prefix_cache_hit_tokens;
-  s.run_profile = st.forward_profile;
-  const double step_total = st.schedule_seconds + st.forward_seconds + st.sample_seconds;
-  s.overhead_share = step_total > 0 ? (st.schedule_seconds + st.sample_seconds) / step_total : 0;
+  s.cache_hits = st.prefix_cache_hit_tokens - start.prefix_cache_hit_tokens;
+  s.run_profile = profile_between(start.forward_profile, st.forward_profile);
+  const double schedule = st.schedule_seconds - start.schedule_seconds, sample = st.sample_seconds - start.sample_seconds;
+  const double step_total = schedule + (st.forward_seconds - start.forward_seconds) + sample;
+  s.overhead_share = step_total > 0 ? (schedule + sample) / step_total : 0;
   if (closed && at_close.steps > at_open.steps) {
     const double steps = double(at_close.steps - at_open.steps);
     const double forward = at_close.forward_seconds - at_open.forward_seconds;
     s.step_seconds = (t_close - t_open) / steps;
     s.decode_tps = batch / s.step_seconds;
     s.forward_ms = 1e3 * forward / steps;
-    const model::ForwardProfile &a = at_open.forward_profile, &z = at_close.forward_profile;
-    s.decode_profile.forwards = z.forwards - a.forwards;
-    for (size_t i = 0; i < z.seconds.size(); ++i) s.decode_profile.seconds[i] = z.seconds[i] - a.seconds[i];
+    s.decode_profile = profile_between(at_open.forward_profile, at_close.forward_profile);
     const double attention = s.decode_profile.seconds[static_cast<size_t>(model::ForwardOp::kAttention)];
     if (forward > 0) s.attention_share = attention / forward;
   }
   return s;
+}
+
+// One run on an engine of its own.
+RunStats run_batch(const std::shared_ptr<const model::Transformer>& m, int batch, int prompt_len, int gen,
+                   bool prefix_cache, const std::string& kv_dtype, const std::vector<int32_t>& shared_prefix = {}) {
+  auto engine = bench_engine(m, batch, prompt_len, gen, prefix_cache, kv_dtype, shared_prefix.size());
+  return run_on(*engine, m, batch, prompt_len, gen, shared_prefix);
 }
 
 struct DecodeFlags {
@@ -353,8 +375,12 @@ void run_prefill(const PrefillFlags& f) {
   for (int b : f.batches) {
     ASTRAI_CHECK(b > 0, "bench prefill: batch sizes must be positive (got ", b, ")");
     RunStats best;
+    // Every repeat on one engine, as llama-bench reuses its context: the forward's workspace is
+    // sized (and its pages faulted in) by the first run, as a server's is by its first prompts.
+    // The prefix cache is off, so each run computes its whole prompt.
+    auto engine = bench_engine(m, b, f.prompt, 1, false, f.kv_dtype);
     for (int r = 0; r < f.repeat; ++r) {  // one generated token: the run ends when every prompt is processed
-      RunStats s = run_batch(m, b, f.prompt, 1, false, f.kv_dtype);
+      RunStats s = run_on(*engine, m, b, f.prompt, 1);
       if (r == 0 || s.total_seconds < best.total_seconds) best = s;
     }
     const double tps = double(b) * f.prompt / best.total_seconds;
