@@ -7,6 +7,7 @@
 #include "cli/command.h"
 #include "dashboard/dashboard_server.h"
 #include "dashboard/stop_signal.h"
+#include "kernels/cpu/gemm_mode.h"
 #include "train/communicator.h"
 #include "train/trainer.h"
 
@@ -21,6 +22,12 @@ struct DashboardFlags {
 // Trains; with --dashboard also serves the run's live plots, from before the first update
 // until Ctrl-C / SIGTERM after a finished run (an interrupted run exits at once).
 void run_train(const train::TrainOptions& opts, const DashboardFlags& dash) {
+  // The bf16-dot mode rounds the activations in the forward only; a frozen bf16 base (LoRA)
+  // and grpo's rollouts are computed exactly, as the backward and the PyTorch checks assume.
+  if (kernels::bf16_dot()) {
+    log_info("train: --bf16-dot (ASTRAI_BF16_DOT) is an inference mode; training widens bf16 weights exactly");
+    kernels::set_bf16_dot(false);
+  }
   std::unique_ptr<dashboard::DashboardServer> server;
   // One dashboard per run: under mpirun every rank would open one (run `astrai dashboard
   // OUTPUT` beside the job instead).

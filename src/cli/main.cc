@@ -47,10 +47,10 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"f32", "q8"}));
   bool bf16_dot = false;
   app.add_flag("--bf16-dot", bf16_dot,
-               "bf16 weights multiply the activations rounded to bf16, two exact products per f32 lane (AVX512_BF16's "
-               "VDPBF16PS, as llama.cpp computes; about twice the prefill rate on CPUs with it, emulated and slower "
-               "elsewhere); default: ASTRAI_BF16_DOT=1, else off (bf16 weights widened exactly, the f32 activations "
-               "as they are). Same bits on every level either way.");
+               "CPU inference: bf16 weights multiply the activations rounded to bf16, two exact products per f32 lane "
+               "(AVX512_BF16's VDPBF16PS, as llama.cpp computes; about twice the prefill product rate on CPUs with it, "
+               "emulated and slower elsewhere); default: ASTRAI_BF16_DOT=1, else off (bf16 weights widened exactly, "
+               "the f32 activations as they are). Same bits on every level either way. Training ignores it.");
   app.fallthrough();
   app.parse_complete_callback([&cpu_isa, &activations, &bf16_dot] {
     if (!cpu_isa.empty()) astrai::kernels::select_isa(cpu_isa);
