@@ -100,6 +100,9 @@ int main(int argc, char** argv) {
 
   const bench::Blis blis;
   std::printf("\n== GEMM y = x W^T: GFLOP/s (OpenBLAS sgemm | BLIS sgemm | linear f32 | linear bf16) ==\n");
+  if (astrai::kernels::bf16_dot())
+    std::printf("(bf16: the bf16-dot mode, %s: bf16-rounded activations; ASTRAI_BF16_DOT=0 for exact widening)\n",
+                astrai::kernels::bf16_dot_name());
   if (!blis.available()) std::printf("(BLIS not installed: apt-get install libblis-openmp-dev to compare)\n");
   struct Shape { int64_t m, n, k; };
   std::vector<Shape> shapes = {{512, 768, 768},   {512, 2048, 768}, {512, 768, 2048},
