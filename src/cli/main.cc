@@ -53,9 +53,9 @@ int main(int argc, char** argv) {
                "the f32 activations as they are). Same bits on every level either way. Training ignores it.");
   app.fallthrough();
   app.parse_complete_callback([&cpu_isa, &activations, &bf16_dot] {
+    if (bf16_dot) astrai::kernels::set_bf16_dot(true);  // first: select_isa's log names the mode
     if (!cpu_isa.empty()) astrai::kernels::select_isa(cpu_isa);
     if (!activations.empty()) astrai::kernels::set_activations(astrai::kernels::parse_activations(activations.c_str()));
-    if (bf16_dot) astrai::kernels::set_bf16_dot(true);
   });
   for (auto setup : astrai::cli::registered_commands()) setup(app);
   try {

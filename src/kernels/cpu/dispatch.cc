@@ -74,7 +74,7 @@ const KernelTable& resolve(std::string_view name, std::string_view source) {
 
 void log_choice(const KernelTable& t, std::string_view how) {
   log_info("cpu: kernels ", isa_name(t.isa), " (", how, "; ", cpu_info().model.empty() ? cpu_info().arch : cpu_info().model,
-           ")");
+           ")", !bf16_dot() ? "" : t.bf16_dot_native() ? "; bf16 dot products (VDPBF16PS)" : "; bf16 dot products (emulated)");
 }
 
 std::mutex g_mutex;
