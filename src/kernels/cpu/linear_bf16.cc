@@ -38,13 +38,13 @@ constexpr int64_t kPair = 32;  // K elements per step of the 16 lanes (a pair ea
 
 int64_t padded(int64_t k) { return (k + kPair - 1) / kPair * kPair; }
 
-// x's rows rounded to bf16, kp = padded(k) elements apart, zero past k.
+// A row of x (k elements) rounded to bf16 into out: kp = padded(k) elements, zero past k.
 void round_row(const float* x, int64_t k, int64_t kp, uint16_t* out) {
   for (int64_t e = 0; e < k; ++e) out[e] = f32_to_bf16(x[e]);
   for (int64_t e = k; e < kp; ++e) out[e] = 0;
 }
 
-// ---- The definition, one output at a time (every level; the reference) ----
+// ---- The definition emulated with f32 fused multiply-adds (every level; the reference) ----
 
 // A result as the instruction writes it: a denormal is a zero of its sign.
 inline float ftz(float a) { return std::fabs(a) < FLT_MIN ? std::copysign(0.0f, a) : a; }
@@ -115,7 +115,8 @@ void outputs_emulated(const float* xe, const float* xo, int64_t kp, int64_t m, c
   }
 }
 
-// Row i's rounded x (kp elements) split into pairs for outputs_emulated.
+// A rounded row of x (kp elements) split into pairs for outputs_emulated. W rows past nr in
+// outputs_emulated's buffers hold an earlier group's pairs: computed, never stored.
 void split_row(const uint16_t* xb, int64_t kp, float* xe, float* xo) {
   for (int64_t c = 0; c < kp; c += kPair) split_pairs(xb + c, xe + c / 2, xo + c / 2);
 }
@@ -275,11 +276,14 @@ bool native_matches_definition() {
   for (int64_t e = 0; e < n * k; ++e) w[e] = e / k < 4 ? value(0, 60) : value(-70, 6);
   for (int64_t e = 0; e < m * k; ++e)
     x[e] = bf16_to_f32(e / k == 1 ? value(-70, 6) : value(0, 60)) * (1.0f + static_cast<float>(next() % 256) / 512.0f);
-  for (int64_t i = 0; i < m; ++i) round_row(x.data() + i * k, k, padded(k), xb.data() + i * padded(k));
-  std::vector<float> native(m * n), ref(m * n), xe(m * padded(k) / 2), xo(xe.size());
-  for (int64_t i = 0; i < m; ++i) split_row(xb.data() + i * padded(k), padded(k), xe.data() + i * padded(k) / 2, xo.data() + i * padded(k) / 2);
-  bf16dot::outputs(xb.data(), padded(k), m, w.data(), k, nullptr, native.data(), n, 0, n);
-  outputs_emulated(xe.data(), xo.data(), padded(k), m, w.data(), k, nullptr, ref.data(), n, 0, n);
+  const int64_t kp = padded(k);
+  std::vector<float> native(m * n), ref(m * n), xe(m * kp / 2), xo(xe.size());
+  for (int64_t i = 0; i < m; ++i) {
+    round_row(x.data() + i * k, k, kp, xb.data() + i * kp);
+    split_row(xb.data() + i * kp, kp, xe.data() + i * kp / 2, xo.data() + i * kp / 2);
+  }
+  bf16dot::outputs(xb.data(), kp, m, w.data(), k, nullptr, native.data(), n, 0, n);
+  outputs_emulated(xe.data(), xo.data(), kp, m, w.data(), k, nullptr, ref.data(), n, 0, n);
   return std::memcmp(native.data(), ref.data(), native.size() * sizeof(float)) == 0;
 }
 
