@@ -56,6 +56,10 @@ int main(int argc, char** argv) {
     if (bf16_dot) astrai::kernels::set_bf16_dot(true);  // first: select_isa's log names the mode
     if (!cpu_isa.empty()) astrai::kernels::select_isa(cpu_isa);
     if (!activations.empty()) astrai::kernels::set_activations(astrai::kernels::parse_activations(activations.c_str()));
+    // Read the environment's modes now, so a bad ASTRAI_ACTIVATIONS / ASTRAI_BF16_DOT stops the
+    // command before it loads a model or starts serving, not at its first forward.
+    (void)astrai::kernels::activations();
+    (void)astrai::kernels::bf16_dot();
   });
   for (auto setup : astrai::cli::registered_commands()) setup(app);
   try {

@@ -104,6 +104,23 @@ def outputs(level, c, d, tmp, binary=None, bf16_dot=False):
     return out
 
 
+def bf16_dot_option(levels_run):
+    """The bf16-dot mode as `astrai info` reports it (off by default; on each level VDPBF16PS where
+    v4 and the CPU's AVX512_BF16 allow, else emulated), and a bad ASTRAI_BF16_DOT as a clear error
+    before anything is loaded."""
+    info = json.loads(run("auto", ["info", "--json"]).stdout)["cpu"]
+    check(info["bf16_dot"] == "off", "the bf16-dot mode is off by default (%s)" % info["bf16_dot"])
+    for level in levels_run:
+        got = json.loads(run(level, ["--bf16-dot", "info", "--json"]).stdout)["cpu"]["bf16_dot"]
+        want = "vdpbf16ps" if level == "v4" and "avx512_bf16" in info["features"] else "emulated"
+        check(got == want, "--bf16-dot at %s: info reports %s (want %s)" % (level, got, want))
+    env = dict(os.environ, ASTRAI_BF16_DOT="yes")
+    r = subprocess.run(PREFIX + [ASTRAI, "score", "--model", "/nonexistent", "--ids", "1"], capture_output=True,
+                       text=True, env=env, timeout=600)
+    check(r.returncode != 0 and "ASTRAI_BF16_DOT" in r.stderr and "nonexistent" not in r.stderr,
+          "a bad ASTRAI_BF16_DOT stops the command before it loads the model: %s" % r.stderr.strip()[-120:])
+
+
 def compare_builds(before, tmp):
     for name in MODELS:
         c, d = build(name, tmp)
@@ -125,6 +142,7 @@ def main():
             check(lv == ["generic", "v3"], "an emulated Haswell (AVX2, no AVX-512) runs generic and v3: %s" % lv)
         if EMULATE == "Nehalem":
             check(lv == ["generic"], "an emulated Nehalem (no AVX) runs generic only: %s" % lv)
+        bf16_dot_option(lv)
         for name in MODELS:
             c, d = build(name, tmp)
             ref = outputs("generic", c, d, tmp)
