@@ -166,28 +166,23 @@ namespace {
 std::atomic<int> g_vnni{-1};
 std::atomic<int> g_bf16_dot{-1};
 
-// A 0|1 switch from the environment: 0 when unset or empty.
-int env_switch(const char* name) {
+// A 0|1 switch from the environment: `unset` when unset or empty.
+int env_switch(const char* name, int unset) {
   const char* env = std::getenv(name);
   const std::string s = env ? env : "";
   if (!s.empty() && s != "0" && s != "1") fail(name, ": '", s, "' is not 0 or 1");
-  return s == "1" ? 1 : 0;
+  return s.empty() ? unset : s == "1" ? 1 : 0;
 }
 }  // namespace
 
 void set_bf16_dot(bool on) { g_bf16_dot.store(on ? 1 : 0, std::memory_order_relaxed); }
 bool bf16_dot() {
-  return settled(g_bf16_dot, [] { return env_switch("ASTRAI_BF16_DOT"); }) == 1;
+  return settled(g_bf16_dot, [] { return env_switch("ASTRAI_BF16_DOT", 0); }) == 1;
 }
 
 void set_vnni(bool on) { g_vnni.store(on ? 1 : 0, std::memory_order_relaxed); }
 bool vnni_allowed() {
-  return settled(g_vnni, [] {
-           const char* env = std::getenv("ASTRAI_CPU_VNNI");
-           const std::string s = env ? env : "";
-           if (!s.empty() && s != "0" && s != "1") fail("ASTRAI_CPU_VNNI: '", s, "' is not 0 or 1");
-           return s == "0" ? 0 : 1;
-         }) == 1;
+  return settled(g_vnni, [] { return env_switch("ASTRAI_CPU_VNNI", 1); }) == 1;
 }
 const char* vnni_in_use() {
   const char* feature = vnni_feature(active_isa());

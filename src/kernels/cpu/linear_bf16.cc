@@ -11,7 +11,7 @@
 // place as bf16, 32 elements per zmm: a step is 3 + 8 loads and 24 VDPBF16PS, twice the
 // products of the f32 tile's step for the same registers. Few rows (decode): a group of 8 W
 // rows at a time over the whole K, the next group prefetched, as linear()'s in-place path. Many
-// rows: blocks of kBlockRows W rows x kRowBlock rows of x x kKb, each group of 8 W rows (16 KiB,
+// rows: linear()'s blocks (for_each_block in linear_tile.h), each group of 8 W rows (16 KiB,
 // in L1) under every row tile of the x block (in L2).
 #include "kernels/cpu/linear_bf16.h"
 
@@ -25,6 +25,7 @@
 
 #include "base/error.h"
 #include "base/log.h"
+#include "base/rng.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/linear_tile.h"
 #include "kernels/cpu/simd.h"
@@ -124,14 +125,27 @@ void split_row(const uint16_t* xb, int64_t kp, float* xe, float* xo) {
 #if defined(ASTRAI_ISA_V4)
 
 constexpr int64_t kSmallM = 8;       // up to this many rows: a group of W rows at a time over the whole K
-constexpr int64_t kBlockRows = 128;  // W rows per block (many rows)
-constexpr int64_t kRowBlock = 192;   // x rows per block (many rows; a multiple of 2 and 3)
 
 ASTRAI_PRAGMA(GCC push_options)
 ASTRAI_PRAGMA(GCC target("avx512bf16"))
 namespace bf16dot {  // the only functions holding VDPBF16PS (scripts/check-isa.py)
 
 inline __m512bh as_bh(__m512i v) { return reinterpret_cast<__m512bh&>(v); }
+
+// One step of a tile: acc[r][c] += the 32 elements of x row r (at x, ldx apart) against those of
+// W row c (wload(c)), each W vector loaded once for the MR rows.
+template <int MR, int NR, typename WLoad>
+[[gnu::always_inline]] inline void dp_step(const uint16_t* x, int64_t ldx, WLoad&& wload, Vec16 (&acc)[MR][NR]) {
+  __m512i xv[MR];
+#pragma GCC unroll 3
+  for (int r = 0; r < MR; ++r) xv[r] = _mm512_loadu_si512(x + r * ldx);
+#pragma GCC unroll 8
+  for (int c = 0; c < NR; ++c) {
+    const __m512i wv = wload(c);
+#pragma GCC unroll 3
+    for (int r = 0; r < MR; ++r) acc[r][c].v = _mm512_dpbf16_ps(acc[r][c].v, as_bh(xv[r]), as_bh(wv));
+  }
+}
 
 // MR rows of x (ldx apart) x 8 rows of W (ldw apart; rows past nr alias row nr - 1) over one K
 // block of kc elements; the block's sums added to y in the definition's order. The W rows are
@@ -157,43 +171,19 @@ void tile(const uint16_t* x, int64_t ldx, const uint16_t* w, int64_t ldw, int64_
         for (int64_t b = 0; b < pf_step; ++b) prefetch_l2(pf + b * 64);
         pf += pf_step * 64;
       }
-      __m512i xv[MR];
-#pragma GCC unroll 3
-      for (int r = 0; r < MR; ++r) xv[r] = _mm512_loadu_si512(xr + r * ldx);
-#pragma GCC unroll 8
-      for (int c = 0; c < NR; ++c) {
-        const __m512i wv = _mm512_loadu_si512(c % 3 == 0 ? base[c / 3] : base[c / 3] + (c % 3) * ldw);
-#pragma GCC unroll 3
-        for (int r = 0; r < MR; ++r) acc[r][c].v = _mm512_dpbf16_ps(acc[r][c].v, as_bh(xv[r]), as_bh(wv));
-      }
+      dp_step(xr, ldx, [&](int c) { return _mm512_loadu_si512(c % 3 == 0 ? base[c / 3] : base[c / 3] + (c % 3) * ldw); },
+              acc);
       for (int b = 0; b < 3; ++b) base[b] += kPair;
       xr += kPair;
     }
   } else {
-    for (int64_t k = 0; k + kPair <= kc; k += kPair) {
-      __m512i xv[MR];
-#pragma GCC unroll 3
-      for (int r = 0; r < MR; ++r) xv[r] = _mm512_loadu_si512(x + r * ldx + k);
-#pragma GCC unroll 8
-      for (int c = 0; c < NR; ++c) {
-        const __m512i wv = _mm512_loadu_si512(row(c) + k);
-#pragma GCC unroll 3
-        for (int r = 0; r < MR; ++r) acc[r][c].v = _mm512_dpbf16_ps(acc[r][c].v, as_bh(xv[r]), as_bh(wv));
-      }
-    }
+    for (int64_t k = 0; k + kPair <= kc; k += kPair)
+      dp_step(x + k, ldx, [&](int c) { return _mm512_loadu_si512(row(c) + k); }, acc);
   }
   const int64_t k = kc / kPair * kPair;
   if (k < kc) {  // the tail: x is zero there already, W masked to zero
     const __mmask32 mask = static_cast<__mmask32>((uint64_t{1} << (kc - k)) - 1);
-    __m512i xv[MR];
-#pragma GCC unroll 3
-    for (int r = 0; r < MR; ++r) xv[r] = _mm512_loadu_si512(x + r * ldx + k);
-#pragma GCC unroll 8
-    for (int c = 0; c < NR; ++c) {
-      const __m512i wv = _mm512_maskz_loadu_epi16(mask, row(c) + k);
-#pragma GCC unroll 3
-      for (int r = 0; r < MR; ++r) acc[r][c].v = _mm512_dpbf16_ps(acc[r][c].v, as_bh(xv[r]), as_bh(wv));
-    }
+    dp_step(x + k, ldx, [&](int c) { return _mm512_maskz_loadu_epi16(mask, row(c) + k); }, acc);
   }
   tile_store<MR, NR>(acc, nr, y, ldy, first, bias);
 }
@@ -235,19 +225,12 @@ void outputs(const uint16_t* xb, int64_t kp, int64_t m, const uint16_t* w, int64
     }
     return;
   }
-  for (int64_t nb0 = r0; nb0 < r1; nb0 += kBlockRows) {
-    const int64_t nb1 = std::min(r1, nb0 + kBlockRows);
-    for (int64_t mb0 = 0; mb0 < m; mb0 += kRowBlock) {
-      const int64_t mb1 = std::min(m, mb0 + kRowBlock);
-      for (int64_t k0 = 0; k0 < kk; k0 += kKb) {
-        const int64_t kc = std::min(kKb, kk - k0);
-        for (int64_t j = nb0; j < nb1; j += kGroup) {
-          const int nr = static_cast<int>(std::min<int64_t>(kGroup, nb1 - j));
-          group_rows(xb, kp, mb0, mb1, w + j * kk, kk, nr, k0, kc, y + j, n, bias ? bias + j : nullptr);
-        }
-      }
+  for_each_block(r0, r1, m, kk, [&](int64_t nb0, int64_t nb1, int64_t mb0, int64_t mb1, int64_t k0, int64_t kc) {
+    for (int64_t j = nb0; j < nb1; j += kGroup) {
+      const int nr = static_cast<int>(std::min<int64_t>(kGroup, nb1 - j));
+      group_rows(xb, kp, mb0, mb1, w + j * kk, kk, nr, k0, kc, y + j, n, bias ? bias + j : nullptr);
     }
-  }
+  });
 }
 
 }  // namespace bf16dot
@@ -260,22 +243,16 @@ bool native_matches_definition() {
   constexpr int64_t m = 3, n = 8, k = 1100;  // two K blocks, the second with a tail
   std::vector<float> x(m * k);
   std::vector<uint16_t> w(n * k), xb(m * padded(k));
-  uint64_t s = 0x9e3779b97f4a7c15ull;
-  const auto next = [&s] {
-    s ^= s << 13;
-    s ^= s >> 7;
-    s ^= s << 17;
-    return s;
-  };
+  SplitMix64 rng(1);
   // A bf16 of exponent 2^(centre +- range), or (1 in 16) a zero or denormal.
-  const auto value = [&next](int centre, int range) {
-    const uint64_t r = next();
+  const auto value = [&rng](int centre, int range) {
+    const uint64_t r = rng.next();
     const int e = r % 16 == 0 ? 0 : 127 + centre - range + static_cast<int>((r >> 4) % (2 * range));
     return static_cast<uint16_t>(((r >> 20) & 1) << 15 | static_cast<uint32_t>(e) << 7 | ((r >> 24) & 127));
   };
   for (int64_t e = 0; e < n * k; ++e) w[e] = e / k < 4 ? value(0, 60) : value(-70, 6);
   for (int64_t e = 0; e < m * k; ++e)
-    x[e] = bf16_to_f32(e / k == 1 ? value(-70, 6) : value(0, 60)) * (1.0f + static_cast<float>(next() % 256) / 512.0f);
+    x[e] = bf16_to_f32(e / k == 1 ? value(-70, 6) : value(0, 60)) * (1.0f + static_cast<float>(rng.below(256)) / 512.0f);
   const int64_t kp = padded(k);
   std::vector<float> native(m * n), ref(m * n), xe(m * kp / 2), xo(xe.size());
   for (int64_t i = 0; i < m; ++i) {
@@ -337,9 +314,9 @@ void linear_bf16_dot(const float* x, int64_t m, const WeightView& w, const float
       if (!native) split_row(xb + i * kp, kp, xe + i * kp / 2, xo + i * kp / 2);
     }
     const int t = omp_get_thread_num(), nt = omp_get_num_threads();
-    // A contiguous share of whole groups of 8 W rows per thread (never affects values).
-    const int64_t groups = (n + 7) / 8;
-    const int64_t r0 = std::min(n, groups * t / nt * 8), r1 = std::min(n, groups * (t + 1) / nt * 8);
+    // A contiguous share of whole groups of W rows per thread (never affects values).
+    const int64_t groups = (n + kGroup - 1) / kGroup;
+    const int64_t r0 = std::min(n, groups * t / nt * kGroup), r1 = std::min(n, groups * (t + 1) / nt * kGroup);
 #if defined(ASTRAI_ISA_V4)
     if (native) {
       if (r0 < r1) bf16dot::outputs(xb, kp, m, wb, kk, bias, y, n, r0, r1);

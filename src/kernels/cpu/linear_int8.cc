@@ -705,6 +705,9 @@ void tile_q6_k_steps(const ActRows& a, int64_t i0, const uint8_t* steps, const f
 }
 
 #if defined(ASTRAI_ISA_V4)
+// The two 256-bit halves of v added dword by dword.
+inline __m256i add_halves(__m512i v) { return _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1)); }
+
 // Few rows (decode), W read in place, Q4_K / Q5_K: R rows from i0 times the 8 W rows at w, as
 // tile_q4k without its int16 stage. One zmm holds the 64 quants of sub-blocks 2c and 2c + 1
 // (low nibbles, then high), against the 64 activation bytes of those sub-blocks as they lie in
@@ -746,7 +749,7 @@ void tile_q4k_in_place(const ActRows& a, int64_t i0, const uint8_t* w, int64_t r
         }
       }
       for (int r = 0; r < R; ++r)
-        part[r][n] = _mm256_add_epi32(_mm512_castsi512_si256(s[r]), _mm512_extracti64x4_epi64(s[r], 1));
+        part[r][n] = add_halves(s[r]);
     }
     // The mins' sums of the 8 W rows at once: 128-bit lane n of mq0 (mq1) holds W row n's
     // (n + 4's) 8 mins as int16; madd by the row's 8 sub-block sums of q_x leaves 4 dwords per
@@ -818,8 +821,7 @@ void tile_q6k_in_place(const ActRows& a, int64_t i0, const uint8_t* w, int64_t r
       }
       for (int r = 0; r < R; ++r) {  // the -32 offset: minus 32 * sum_g sc_g * sum(x over g)
         const __m256i xs = load256(a.s16 + (i0 + r) * (a.k / 16) + b * 16);
-        const __m256i f = _mm256_add_epi32(_mm512_castsi512_si256(s[r]), _mm512_extracti64x4_epi64(s[r], 1));
-        part[r][n] = _mm256_sub_epi32(f, _mm256_slli_epi32(_mm256_madd_epi16(sc16, xs), 5));
+        part[r][n] = _mm256_sub_epi32(add_halves(s[r]), _mm256_slli_epi32(_mm256_madd_epi16(sc16, xs), 5));
       }
     }
     const __m256 d = f16x8(w + b * kQ6KBlockBytes + kQ6KDAt, rb);
@@ -861,8 +863,7 @@ void tile_q4_0_in_place(const ActRows& a, int64_t i0, const uint8_t* w, int64_t 
       const __m256i v = _mm256_set_m128i(q1, q0);
       const __m512i q = _mm512_and_si512(_mm512_inserti64x4(_mm512_castsi256_si512(v), _mm256_srli_epi16(v, 4), 1), low4);
       for (int r = 0; r < R; ++r) {
-        const __m512i dp = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q, x[r]);
-        f[r][n] = _mm256_add_epi32(_mm512_castsi512_si256(dp), _mm512_extracti64x4_epi64(dp, 1));
+        f[r][n] = add_halves(_mm512_dpbusd_epi32(_mm512_setzero_si512(), q, x[r]));
       }
     }
     const __m256 dw0 = f16x8(w + b * kQ4BlockBytes, rb);

@@ -78,8 +78,6 @@ void linear_invariant(const float* x, int64_t m, const WeightView& w, const floa
 #else
 
 constexpr int64_t kSmallM = 8;       // up to this many rows: bf16/f16/Q8_0/Q4_0/Q4_K/Q6_K weights read in place
-constexpr int64_t kPackRows = 16 * kGroup;  // W rows per packed block (v4: 128 x 1024 x 4 B = 512 KiB)
-constexpr int64_t kRowBlock = 192;   // x rows per pass over a packed block (a multiple of 2 and 3)
 constexpr int64_t kL1PackM = 64;     // up to this many rows: f32 W in place, bf16/f16 packed one group x kKb (L1)
 #if defined(ASTRAI_ISA_V4)
 // f32 decode batches (up to kL1PackM rows) read W in place: packing it only copies (120 -> 150
@@ -220,42 +218,34 @@ void linear_invariant(const float* x, int64_t m, const WeightView& w, const floa
     } else {
       const bool in_l1 = group_in_l1();
       thread_local std::vector<float> packed;
-      if (r0 < r1) packed.resize(static_cast<size_t>(kPackRows * kKb));
-      // Rows of x per pass: their partial sums y[mb rows, kPackRows cols] stay in L2 across the
-      // K blocks. Re-packing the W block for every pass costs well under 1% of the FMAs.
-      for (int64_t nb0 = r0; nb0 < r1; nb0 += kPackRows) {
-        const int64_t nb1 = std::min(r1, nb0 + kPackRows);
-        for (int64_t mb0 = 0; mb0 < m; mb0 += kRowBlock) {
-          const int64_t mb1 = std::min(m, mb0 + kRowBlock);
-          for (int64_t k0 = 0; k0 < kk; k0 += kKb) {
-            const int64_t kc = std::min(kKb, kk - k0);
-            const bool first = k0 == 0, last = k0 + kc == kk;
-            pack_block<T>(wb + nb0 * row_bytes<T>(kk), kk, nb1 - nb0, k0, kc, packed.data());
-            const int64_t steps = (kc + 15) / 16;
-            // The tiles of mr rows from row i against group j.
-            const auto group_tiles = [&](int64_t i, int64_t mr, int64_t j) {
-              const int nr = static_cast<int>(std::min<int64_t>(kGroup, nb1 - j));
-              packed_group(mr, x + i * kk + k0, kk, packed.data() + (j - nb0) * steps * 16, kc, nr, y + i * n + j, n,
-                           first, last && bias ? bias + j : nullptr);
-            };
-            if (!in_l1) {  // each row tile over the whole block (3 x 8 tiles reuse W from L2)
-              for (int64_t i = mb0, mr; i < mb1; i += mr) {
-                mr = tile_rows(mb1 - i);
-                for (int64_t j = nb0; j < nb1; j += kGroup) group_tiles(i, mr, j);
+      if (r0 < r1) packed.resize(static_cast<size_t>(kBlockRows * kKb));
+      // Re-packing the W block for every pass of kRowBlock rows costs well under 1% of the FMAs.
+      for_each_block(r0, r1, m, kk, [&](int64_t nb0, int64_t nb1, int64_t mb0, int64_t mb1, int64_t k0, int64_t kc) {
+        const bool first = k0 == 0, last = k0 + kc == kk;
+        pack_block<T>(wb + nb0 * row_bytes<T>(kk), kk, nb1 - nb0, k0, kc, packed.data());
+        const int64_t steps = (kc + 15) / 16;
+        // The tiles of mr rows from row i against group j.
+        const auto group_tiles = [&](int64_t i, int64_t mr, int64_t j) {
+          const int nr = static_cast<int>(std::min<int64_t>(kGroup, nb1 - j));
+          packed_group(mr, x + i * kk + k0, kk, packed.data() + (j - nb0) * steps * 16, kc, nr, y + i * n + j, n,
+                       first, last && bias ? bias + j : nullptr);
+        };
+        if (!in_l1) {  // each row tile over the whole block (3 x 8 tiles reuse W from L2)
+          for (int64_t i = mb0, mr; i < mb1; i += mr) {
+            mr = tile_rows(mb1 - i);
+            for (int64_t j = nb0; j < nb1; j += kGroup) group_tiles(i, mr, j);
+          }
+        } else {  // each group in turn, hot in L1, under the row tiles of kL1RowBlock rows
+          for (int64_t sb0 = mb0; sb0 < mb1; sb0 += kL1RowBlock) {
+            const int64_t sb1 = std::min(mb1, sb0 + kL1RowBlock);
+            for (int64_t j = nb0; j < nb1; j += kGroup)
+              for (int64_t i = sb0, mr; i < sb1; i += mr) {
+                mr = tile_rows(sb1 - i);
+                group_tiles(i, mr, j);
               }
-            } else {  // each group in turn, hot in L1, under the row tiles of kL1RowBlock rows
-              for (int64_t sb0 = mb0; sb0 < mb1; sb0 += kL1RowBlock) {
-                const int64_t sb1 = std::min(mb1, sb0 + kL1RowBlock);
-                for (int64_t j = nb0; j < nb1; j += kGroup)
-                  for (int64_t i = sb0, mr; i < sb1; i += mr) {
-                    mr = tile_rows(sb1 - i);
-                    group_tiles(i, mr, j);
-                  }
-              }
-            }
           }
         }
-      }
+      });
     }
   }
 }
