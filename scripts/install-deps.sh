@@ -22,7 +22,7 @@ PKGS=(
   libpcre2-dev libhdf5-dev libboost-dev libicu-dev
   librsvg2-dev
   libopenmpi-dev openmpi-bin
-  python3-torch python3-numpy python3-jinja2 python3-h5py
+  python3-torch python3-numpy python3-jinja2 python3-h5py python3-sentencepiece python3-tqdm
   curl chromium
   qemu-user
 )

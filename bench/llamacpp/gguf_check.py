@@ -27,11 +27,12 @@ llama.cpp's error is reported next to ours. (In F32 the two agree to about 5e-7;
 Q8_0/Q4_0 llama.cpp rounds the activations to 16 or 8 bits before its dot products, while we widen
 the weights exactly (`--activations f32`, set here), so there llama.cpp is the one further from
 the exact answer.)
-Usage: bench/llamacpp/gguf_check.py [--llamacpp DIR] [--astrai BIN] [--json OUT] [--only NAME-PART]
+Usage: bench/llamacpp/gguf_check.py [--llamacpp DIR] [--astrai BIN] [--json OUT] [--only NAME-PART] [--converted-only]
 """
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -131,24 +132,39 @@ def compare(name, ttype, triples, same_ids=None):
     return row
 
 
-def held_values(gguf, go, of, path, cfg):
-    """{HF name: float32 tensor} of what a GGUF holds, dequantized by gguf-py, q/k back in HF order."""
-    import torch
-    c = of.Cfg(cfg)
-    names = {go.gguf_name(gguf, n): n for n, _, _ in of.param_shapes(c)}
-    out = {}
-    for t in gguf.GGUFReader(path).tensors:
-        if t.name not in names:  # rope_freqs: part of the RoPE, which PyTorch computes from the config
-            continue
-        hf = names[t.name]
-        shape = tuple(int(x) for x in reversed(t.shape))
-        v = gguf.quants.dequantize(t.data, t.tensor_type).reshape(shape).astype(np.float32)
-        if cfg["model_type"] in ("llama", "mistral") and ".q_proj." in hf:
-            v = go.unpermute(v, c.nh)
-        elif cfg["model_type"] in ("llama", "mistral") and ".k_proj." in hf:
-            v = go.unpermute(v, c.nkv)
-        out[hf] = torch.from_numpy(np.ascontiguousarray(v))
-    return out
+def score_texts(a, driver, path, ttype, cfg, tmp, texts):
+    """One row: texts each side tokenizes itself, scored by both; PyTorch on the file's values."""
+    import gguf_oracle as go
+    import oracle_forward as of
+    theirs = llama_side(driver, path, ["hex " + t.encode().hex() for t in texts], tmp)
+    ours_ids = our_ids(a.astrai, path, texts, tmp)
+    same = [t[0] == o for t, o in zip(theirs, ours_ids)]
+    for text, t, o in zip(texts, theirs, ours_ids):
+        if t[0] != o:
+            print("     %r: llama.cpp %s, ours %s" % (text, t[0][:16], o[:16]))
+    held = go.held_values(path, cfg)
+    triples = [(t[1], our_side(a.astrai, path, t[0], tmp), of.torch_forward(of.Cfg(cfg), held, t[0]).numpy())
+               for t in theirs]
+    return triples, all(same)
+
+
+def converted_files(a, driver, tmp, compare_texts):
+    """Our HF checkpoints (tests/model/gguf_converter_oracle.py's models, real vocabularies) converted by
+    llama.cpp's own convert_hf_to_gguf.py, scored by both programs on texts."""
+    import gguf_converter_oracle as co
+    rows = []
+    converter = os.path.join(a.llamacpp, "src", "convert_hf_to_gguf.py")
+    for name in ({} if a.only else co.MODELS):
+        d = os.path.join(tmp, "hf_" + name)
+        cfg = co.make_checkpoint(name, d, tmp)
+        for ttype in co.OUTTYPES.get(name, ["f32"]):
+            path = os.path.join(tmp, "converted_%s_%s.gguf" % (name, ttype))
+            co.convert(converter, d, path, ttype)
+            triples, same = compare_texts(name, path, ttype, cfg)
+            rows.append(compare("%s (convert_hf_to_gguf.py)" % name, ttype.upper(), triples, same))
+            os.remove(path)
+        shutil.rmtree(d, ignore_errors=True)
+    return rows
 
 
 def main():
@@ -158,6 +174,8 @@ def main():
     ap.add_argument("--astrai", default=os.path.join(ROOT, "build", "release", "src", "astrai"))
     ap.add_argument("--json", help="write the rows here")
     ap.add_argument("--only", help="only the random-weight models whose name contains this (no vocabularies)")
+    ap.add_argument("--converted-only", action="store_true",
+                    help="only our HF checkpoints converted by llama.cpp's convert_hf_to_gguf.py")
     a = ap.parse_args()
     sys.path.insert(0, os.path.join(a.llamacpp, "src", "gguf-py"))
     os.environ["ASTRAI_BIN"] = a.astrai  # for the test helpers below
@@ -176,12 +194,12 @@ def main():
 
     def score_all(path, cfg, ids_list):
         theirs = llama_side(driver, path, ["ids " + " ".join(map(str, s)) for s in ids_list], tmp)
-        held = held_values(gguf, go, of, path, cfg)
+        held = go.held_values(path, cfg)
         return [(t[1], our_side(a.astrai, path, s, tmp), of.torch_forward(of.Cfg(cfg), held, s).numpy())
                 for t, s in zip(theirs, ids_list)]
 
     for name, cfg in go.MODELS.items():
-        if a.only and a.only not in name:
+        if a.converted_only or (a.only and a.only not in name):
             continue
         c = of.Cfg(cfg)
         W = of.random_weights(c)
@@ -205,7 +223,7 @@ def main():
                     rows.append(compare(label, q, score_all(qpath, cfg, seqs(c.vocab))))
 
     texts = go.TEXTS
-    for vocab, (kind, pre) in ({} if a.only else go.VOCABS).items():
+    for vocab, (kind, pre) in ({} if a.only or a.converted_only else go.VOCABS).items():
         path = os.path.join(tmp, "vocab_%s.gguf" % vocab)
         n = json.load(open(os.path.join(go.vocab_dir(vocab), "tokenizer.json")))["added_tokens"][-1]["id"] + 1
         n = max(n, len(json.load(open(os.path.join(go.vocab_dir(vocab), "tokenizer.json")))["model"]["vocab"]))
@@ -220,8 +238,11 @@ def main():
                 print("     %s %r: llama.cpp %s, ours %s" % (vocab, text, t[0][:16], o[:16]))
         triples = [(t[1], our_side(a.astrai, path, t[0], tmp), None) for t in theirs]
         rows.append(compare("%s vocabulary (%d texts)" % (vocab, len(texts)), "F32", triples, all(same)))
+    rows += converted_files(a, driver, tmp, compare_texts=lambda name, path, ttype, cfg: score_texts(
+        a, driver, path, ttype, cfg, tmp, texts))
     if a.json:
         json.dump(rows, open(a.json, "w"), indent=1)
+    shutil.rmtree(tmp, ignore_errors=True)
     bad = [r for r in rows if not r["ok"]]
     print("%d of %d files agree" % (len(rows) - len(bad), len(rows)))
     return 1 if bad else 0

@@ -352,10 +352,22 @@ DType ModelConfig::tensor_dtype(const std::string& name) const {
   return it == tensor_formats.end() ? weight_dtype() : weight_format_dtype_or_f32(it->second);
 }
 
+namespace {
+// The Hugging Face class of a family, what transformers and llama.cpp's converter pick the model by
+// (none for the reference project's own autoregressive_lm, which transformers has no class for).
+Json hf_architectures(const std::string& model_type) {
+  if (model_type == "llama") return Json::array({"LlamaForCausalLM"});
+  if (model_type == "mistral") return Json::array({"MistralForCausalLM"});
+  if (model_type == "qwen2") return Json::array({"Qwen2ForCausalLM"});
+  if (model_type == "qwen3") return Json::array({"Qwen3ForCausalLM"});
+  return Json::array();
+}
+}  // namespace
+
 Json ModelConfig::to_json() const {
   Json j;
   j["model_type"] = model_type;
-  j["architectures"] = Json::array();
+  j["architectures"] = hf_architectures(model_type);
   j["vocab_size"] = vocab_size;
   j["hidden_size"] = hidden_size;
   j["intermediate_size"] = intermediate_size;

@@ -96,6 +96,11 @@ std::string pre_name(const Json& meta) {
 
 bool is_llama3_pre(const std::string& pre) { return pre == "llama-bpe" || pre == "llama3" || pre == "llama-v3"; }
 
+// "smaug-bpe": what llama.cpp's converter names Llama-3's vocabulary when its tokenizer.json adds no
+// BOS (its hash of the ids differs): llama.cpp gives it Llama-3's regex, but neither Llama-3's
+// ignore_merges nor its default BOS.
+bool has_llama3_regex(const std::string& pre) { return is_llama3_pre(pre) || pre == "smaug-bpe"; }
+
 Json split_then_byte_level(std::string_view regex) {
   return {{"type", "Sequence"},
           {"pretokenizers",
@@ -106,11 +111,11 @@ Json split_then_byte_level(std::string_view regex) {
 Json byte_level_pre_tokenizer(const std::string& pre, const std::string& where) {
   if (pre == "gpt-2")
     return {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", false}, {"use_regex", true}};
-  if (is_llama3_pre(pre)) return split_then_byte_level(kLlama3Regex);
+  if (has_llama3_regex(pre)) return split_then_byte_level(kLlama3Regex);
   if (pre == "qwen2") return split_then_byte_level(kQwen2Regex);
   if (pre == "gpt-4o" || pre == "llama4") return split_then_byte_level(kGpt4oRegex);
   fail(where, ": GGUF pre-tokenizer \"", pre.empty() ? "(none: llama.cpp's default)" : pre,
-       "\" is not supported (gpt-2, llama-bpe, qwen2, gpt-4o)");
+       "\" is not supported (gpt-2, llama-bpe, smaug-bpe, qwen2, gpt-4o)");
 }
 
 // SentencePiece merges: every split of a normal piece into two vocabulary pieces, the pieces whose

@@ -1,7 +1,7 @@
 // The tokenizer a GGUF file describes in its metadata (tokenizer.ggml.*), written as the
 // tokenizer.json and tokenizer_config.json that make our Tokenizer encode as llama.cpp does:
 //   * "gpt2" (byte-level BPE): tokens, merges, and tokenizer.ggml.pre naming the pre-tokenizer
-//     regex (gpt-2, llama-bpe/llama3/llama-v3, qwen2, gpt-4o/llama4; others are an error);
+//     regex (gpt-2, llama-bpe/llama3/llama-v3, smaug-bpe, qwen2, gpt-4o/llama4; others are an error);
 //     llama-bpe looks whole words up before merging, as llama.cpp does.
 //   * "llama" (SentencePiece BPE): tokens and scores; the merge order is the score order of the
 //     merged piece (llama.cpp merges the adjacent pair whose merged piece scores highest), bytes

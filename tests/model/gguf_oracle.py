@@ -234,6 +234,26 @@ def unpermute(w, heads):
     return w.reshape(heads, w.shape[0] // heads // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
+def held_values(path, cfg):
+    """{HF name: float32 tensor} of what a GGUF file holds, dequantized by gguf-py, q/k rows back
+    in HF order (rope_freqs, part of the RoPE, is left out: the config gives it)."""
+    c = of.Cfg(cfg)
+    names = {gguf_name(gguf, n): n for n, _, _ in of.param_shapes(c)}
+    out = {}
+    for t in gguf.GGUFReader(path).tensors:
+        if t.name not in names:
+            continue
+        hf = names[t.name]
+        shape = tuple(int(x) for x in reversed(t.shape))
+        v = gguf.quants.dequantize(t.data, t.tensor_type).reshape(shape).astype(np.float32)
+        if cfg["model_type"] in ("llama", "mistral") and ".q_proj." in hf:
+            v = unpermute(v, c.nh)
+        elif cfg["model_type"] in ("llama", "mistral") and ".k_proj." in hf:
+            v = unpermute(v, c.nkv)
+        out[hf] = torch.from_numpy(np.ascontiguousarray(v))
+    return out
+
+
 def test_model(name, tmp, lv):
     cfg = MODELS[name]
     c = of.Cfg(cfg)

@@ -111,6 +111,15 @@ TEST(ModelConfig, ReferenceAliasesAndRoundTrip) {
   EXPECT_TRUE(c.tie_word_embeddings);
   const ModelConfig back = ModelConfig::from_json(c.to_json());
   EXPECT_EQ(back.to_json(), c.to_json());
+  EXPECT_EQ(c.to_json()["architectures"], Json::array());  // transformers has no class for it
+
+  // The families' Hugging Face classes, which transformers and llama.cpp's converter pick by.
+  for (auto [type, cls] : {std::pair{"llama", "LlamaForCausalLM"}, std::pair{"mistral", "MistralForCausalLM"},
+                           std::pair{"qwen2", "Qwen2ForCausalLM"}, std::pair{"qwen3", "Qwen3ForCausalLM"}}) {
+    Json fam = llama_json();
+    fam["model_type"] = type;
+    EXPECT_EQ(ModelConfig::from_json(fam).to_json()["architectures"], Json::array({cls})) << type;
+  }
 
   Json s = llama_json();
   s["rope_scaling"] = Json{{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 1.0},
