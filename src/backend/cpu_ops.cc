@@ -1,6 +1,7 @@
 // The CPU backend: each operation is a call into the kernel table (kernels/cpu/dispatch.h,
 // the level picked at start), or a plain loop for the data movement that has no kernel.
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -84,6 +85,15 @@ class CpuOps final : public Ops {
 
   void linear(const float* x, int64_t m, const Weight& w, const float* bias, float* y) const override {
     kernels::linear(x, m, view(w), bias, y);
+  }
+
+  void linear_group(const float* x, int64_t m, const LinearTarget* targets, int64_t n) const override {
+    std::array<kernels::LinearOut, 8> outs;
+    for (int64_t i0 = 0; i0 < n; i0 += static_cast<int64_t>(outs.size())) {
+      const int64_t c = std::min<int64_t>(static_cast<int64_t>(outs.size()), n - i0);
+      for (int64_t i = 0; i < c; ++i) outs[i] = {view(targets[i0 + i].w), targets[i0 + i].bias, targets[i0 + i].y};
+      kernels::linear_group(x, m, outs.data(), c);
+    }
   }
 
   void rmsnorm(const float* x, int64_t rows, int64_t dim, const float* w, float eps, float* y,

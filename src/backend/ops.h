@@ -40,6 +40,13 @@ inline Weight weight_of(const Tensor& t) {
   return Weight{t.raw(), t.dtype(), t.dim(0), t.ndim() > 1 ? t.dim(1) : 1};
 }
 
+// One product of a linear_group: y = x · W^T (+ bias).
+struct LinearTarget {
+  Weight w;
+  const float* bias = nullptr;
+  float* y = nullptr;
+};
+
 // Query heads h reads kv head h / (heads / kv_heads).
 struct AttnDims {
   int64_t heads = 0, kv_heads = 0, qk_dim = 0, v_dim = 0;
@@ -108,6 +115,11 @@ class Ops {
   virtual void gather_rows(const float* x, int64_t dim, const int32_t* rows, int64_t n, float* out) const = 0;
   // y[m, rows] = x[m, cols] · W^T (+ bias).
   virtual void linear(const float* x, int64_t m, const Weight& w, const float* bias, float* y) const = 0;
+  // Several products of one x (q, k, v; gate, up), each equal to its linear(); a backend may run
+  // them as one job.
+  virtual void linear_group(const float* x, int64_t m, const LinearTarget* targets, int64_t n) const {
+    for (int64_t i = 0; i < n; ++i) linear(x, m, targets[i].w, targets[i].bias, targets[i].y);
+  }
   // y = rmsnorm(x) · w per row of dim; rstd (may be null) receives 1 / sqrt(mean(x²) + eps)
   // per row for the backward. y may alias x only when rstd is null.
   virtual void rmsnorm(const float* x, int64_t rows, int64_t dim, const float* w, float eps, float* y,

@@ -71,7 +71,13 @@ void qkv_forward(const backend::Ops& ops, const ModelConfig& c, const Dims& d, c
                  const LayerInput& in, const LayerActs& A, ForwardClock& clock, const LayerLora* lora) {
   float* q = c.qk_norm ? A.q_raw : A.q;
   float* k = c.qk_norm ? A.k_raw : A.k;
-  ops.linear(A.xn1, d.T, w.q_proj, w.q_bias.f32(), q);
+  if (!c.is_mla()) {  // q, k and v of one x: one job where the backend can
+    const backend::LinearTarget qkv[] = {
+        {w.q_proj, w.q_bias.f32(), q}, {w.k_proj, w.k_bias.f32(), k}, {w.v_proj, w.v_bias.f32(), A.v}};
+    ops.linear_group(A.xn1, d.T, qkv, 3);
+  } else {
+    ops.linear(A.xn1, d.T, w.q_proj, w.q_bias.f32(), q);
+  }
   adapter_forward(ops, lora, &LayerLora::q, A.xn1, d.T, q);
   if (c.is_mla()) {
     // [k_nope | k_rope | v] per kv head = rmsnorm(xn1·Wkv_a^T)·Wkv_b^T.
@@ -80,9 +86,7 @@ void qkv_forward(const backend::Ops& ops, const ModelConfig& c, const Dims& d, c
     ops.linear(A.lat, d.T, w.kv_b_proj, nullptr, A.kvb);
     ops.split_rows(A.kvb, d.T * d.KV, d.qkd, d.vd, k, A.v);
   } else {
-    ops.linear(A.xn1, d.T, w.k_proj, w.k_bias.f32(), k);
     adapter_forward(ops, lora, &LayerLora::k, A.xn1, d.T, k);
-    ops.linear(A.xn1, d.T, w.v_proj, w.v_bias.f32(), A.v);
     adapter_forward(ops, lora, &LayerLora::v, A.xn1, d.T, A.v);
   }
   clock.mark(ForwardOp::kQkvProj);
@@ -181,9 +185,10 @@ void mlp_forward(const backend::Ops& ops, const Dims& d, const LayerView& w, con
                  const LayerLora* lora) {
   ops.add_rmsnorm(A.x_in, A.o_out, d.T, d.D, w.post_attention_layernorm.f32(), d.eps, A.x_mid, A.xn2, A.rstd2);
   clock.mark(ForwardOp::kNorm);
-  ops.linear(A.xn2, d.T, w.gate_proj, w.gate_proj_bias.f32(), A.a);
+  const backend::LinearTarget gate_up[] = {{w.gate_proj, w.gate_proj_bias.f32(), A.a},
+                                           {w.up_proj, w.up_proj_bias.f32(), A.b}};
+  ops.linear_group(A.xn2, d.T, gate_up, 2);
   adapter_forward(ops, lora, &LayerLora::gate_proj, A.xn2, d.T, A.a);
-  ops.linear(A.xn2, d.T, w.up_proj, w.up_proj_bias.f32(), A.b);
   adapter_forward(ops, lora, &LayerLora::up_proj, A.xn2, d.T, A.b);
   clock.mark(ForwardOp::kMlpIn);
   ops.swiglu(A.a, A.b, d.T * d.I, A.h);

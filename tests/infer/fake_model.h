@@ -144,7 +144,10 @@ class FakeCodec : public TextCodec {
     if (id < 256) return std::string(1, static_cast<char>(id));
     const size_t k = static_cast<size_t>(id - 256);
     if (k < pieces_.size()) return pieces_[k];
-    return "<" + std::to_string(id) + ">";
+    std::string s = "<";  // (not "<" + ...: GCC 12's -Wrestrict false positive on operator+)
+    s += std::to_string(id);
+    s += '>';
+    return s;
   }
   std::vector<int32_t> encode(const std::string& text) const override {
     std::vector<int32_t> ids;

@@ -184,6 +184,63 @@ void IsaIdentity::expect_k_quant_paths(DType dt) {
 }
 
 TEST_P(IsaIdentity, LinearQ4_KEveryPath) { expect_k_quant_paths(DType::kQ4_K); }
+
+// linear_group (q, k, v or gate, up of one x) gives each matrix the bytes of its own linear() on
+// this level and on generic: one job for quantized matrices with the same activation blocks
+// (mixed types, partial groups of 8 rows, a matrix boundary inside a thread's share of 1-3
+// threads, rows past one row block), one by one otherwise (mixed block sizes, float weights).
+TEST_P(IsaIdentity, LinearGroupEqualsItsLinears) {
+  ScopedActivations mode(Activations::kQ8);
+  struct Spec {
+    DType dtype;
+    int64_t rows;
+  };
+  const std::vector<std::pair<int64_t, std::vector<Spec>>> groups = {
+      {768, {{DType::kQ4_K, 40}, {DType::kQ4_K, 17}, {DType::kQ6_K, 24}}},
+      {512, {{DType::kQ4_0, 24}, {DType::kQ8_0, 9}, {DType::kQ4_0, 16}}},
+      {256, {{DType::kQ5_K, 8}, {DType::kQ4_K, 8}}},
+      {512, {{DType::kQ4_K, 16}, {DType::kQ4_0, 8}}},  // 256 and 32 activation blocks: one by one
+      {256, {{DType::kF32, 12}, {DType::kBF16, 9}}},
+  };
+  for (const auto& [k, specs] : groups) {
+    std::vector<std::vector<uint8_t>> weights;
+    std::vector<std::vector<float>> biases;
+    for (size_t i = 0; i < specs.size(); ++i) {
+      const auto wf = randn(static_cast<size_t>(specs[i].rows * k), 20 + static_cast<uint32_t>(i), 0.2f);
+      weights.emplace_back(dtype_bytes(specs[i].dtype, specs[i].rows * k));
+      convert_from_f32(wf.data(), specs[i].dtype, weights.back().data(), wf.size());
+      biases.push_back(randn(static_cast<size_t>(specs[i].rows), 30 + static_cast<uint32_t>(i)));
+    }
+    for (int64_t m : {1, 3, 9, 65, 130}) {
+      const auto x = randn(static_cast<size_t>(m * k), 7);
+      // Every matrix's outputs, end to end: by the group (grouped) or by one linear() each.
+      const auto run = [&](const KernelTable& t, bool grouped) {
+        std::vector<std::vector<float>> ys;
+        std::vector<LinearOut> outs;
+        for (size_t i = 0; i < specs.size(); ++i) {
+          ys.emplace_back(static_cast<size_t>(m * specs[i].rows), NAN);
+          outs.push_back({WeightView{weights[i].data(), specs[i].dtype, specs[i].rows, k},
+                          i % 2 ? nullptr : biases[i].data(), ys.back().data()});
+        }
+        if (grouped) t.linear_group(x.data(), m, outs.data(), static_cast<int64_t>(outs.size()));
+        else
+          for (const LinearOut& o : outs) t.linear(x.data(), m, o.w, o.bias, o.y);
+        std::vector<float> all;
+        for (const auto& y : ys) all.insert(all.end(), y.begin(), y.end());
+        return all;
+      };
+      const std::string what = "group of " + std::to_string(specs.size()) + ", K " + std::to_string(k) + ", " +
+                               std::to_string(m) + " rows";
+      for (int threads : {1, 2, 3}) {
+        ThreadCount tc(threads);
+        const auto want = run(*ref_, false);
+        EXPECT_TRUE(same_bytes(want, run(*ref_, true))) << what << " (generic), " << threads << " thread(s)";
+        EXPECT_TRUE(same_bytes(want, run(*lvl_, true))) << what << ", " << threads << " thread(s)";
+        EXPECT_TRUE(same_bytes(want, run(*lvl_, false))) << what << " one by one, " << threads << " thread(s)";
+      }
+    }
+  }
+}
 TEST_P(IsaIdentity, LinearQ5_KEveryPath) { expect_k_quant_paths(DType::kQ5_K); }
 TEST_P(IsaIdentity, LinearQ6_KEveryPath) { expect_k_quant_paths(DType::kQ6_K); }
 

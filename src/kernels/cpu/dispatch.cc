@@ -194,6 +194,9 @@ const char* vnni_in_use() {
 void linear(const float* x, int64_t m, const WeightView& w, const float* bias, float* y) {
   active().linear(x, m, w, bias, y);
 }
+void linear_group(const float* x, int64_t m, const LinearOut* outs, int64_t n) {
+  active().linear_group(x, m, outs, n);
+}
 bool bf16_dot_native() { return active().bf16_dot_native(); }
 const char* bf16_dot_name() { return !bf16_dot() ? "off" : bf16_dot_native() ? "vdpbf16ps" : "emulated"; }
 void attention(const float* q, const KvSource& kv, const AttentionSeq* seqs, int64_t num_seqs, const AttentionDims& d,

@@ -30,6 +30,7 @@ namespace astrai::kernels {
 struct KernelTable {
   Isa isa;
   decltype(&kernels::linear) linear;
+  decltype(&kernels::linear_group) linear_group;
   decltype(&kernels::bf16_dot_native) bf16_dot_native;
   decltype(&kernels::attention) attention;
   decltype(&kernels::rmsnorm) rmsnorm;

@@ -18,6 +18,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <array>
 #include <cfloat>
 #include <cmath>
 #include <cstring>
@@ -1055,17 +1056,45 @@ constexpr bool kUnsignedQ8 = false;
 #endif
 constexpr int64_t kOutGroup = 8;   // outputs per tile
 constexpr int64_t kRowBlock = 64;  // rows of x per pass over a thread's W rows (their q stay in L2)
+constexpr int64_t kMaxGroup = 8;   // matrices per parallel job (linear_int8_group)
 
-template <DType T>
-void linear_int8_typed(const float* x, int64_t m, const WeightView& w, const float* bias, float* y) {
-  const int64_t n = w.rows, k = w.cols, nb = k / block_elems(T);
-  const int64_t block = is_k_quant(T) ? kQKBlock : kQBlock;
+// Group g of output rows (8 W rows) of one matrix: the tile loop of outputs<T> for its dtype.
+void outputs_of(DType t, const ActRows& a, int64_t i0, int64_t i1, const uint8_t* w, int64_t nr, int64_t nb,
+                const float* bias, float* y, int64_t ldy, const uint8_t* next) {
+  switch (t) {
+    case DType::kQ8_0: return outputs<DType::kQ8_0>(a, i0, i1, w, nr, nb, bias, y, ldy, next);
+    case DType::kQ4_0: return outputs<DType::kQ4_0>(a, i0, i1, w, nr, nb, bias, y, ldy, next);
+    case DType::kQ4_K: return outputs<DType::kQ4_K>(a, i0, i1, w, nr, nb, bias, y, ldy, next);
+    case DType::kQ5_K: return outputs<DType::kQ5_K>(a, i0, i1, w, nr, nb, bias, y, ldy, next);
+    case DType::kQ6_K: return outputs<DType::kQ6_K>(a, i0, i1, w, nr, nb, bias, y, ldy, next);
+    default: fail("linear_int8: not a quantized weight type: ", dtype_name(t));
+  }
+}
+
+// One parallel job over the outputs of every matrix of the group: x quantized once (all
+// threads), then the matrices' groups of 8 outputs laid end to end and split evenly over the
+// threads, each group computed as a lone matrix's would be (the same bits). A thread's next
+// group is prefetched into L2 during the one before, also across a matrix boundary when the two
+// matrices have the same type.
+void run_group(const float* x, int64_t m, const LinearOut* outs, int64_t n) {
+  const int64_t k = outs[0].w.cols, block = int8_activation_block(outs[0].w.dtype);
+  bool any_q8_0 = false;
+  std::array<int64_t, kMaxGroup + 1> first{};  // first[o]: the group index of out o's first group
+  for (int64_t o = 0; o < n; ++o) {
+    const WeightView& w = outs[o].w;
+    ASTRAI_CHECK(w.dtype == DType::kQ8_0 || w.dtype == DType::kQ4_0 || is_k_quant(w.dtype),
+                 "linear_int8: not a quantized weight type: ", dtype_name(w.dtype));
+    ASTRAI_CHECK(w.cols == k && int8_activation_block(w.dtype) == block,
+                 "linear_int8_group: every matrix needs the same cols and activation blocks");
+    any_q8_0 = any_q8_0 || w.dtype == DType::kQ8_0;
+    first[static_cast<size_t>(o + 1)] = first[static_cast<size_t>(o)] + (w.rows + kOutGroup - 1) / kOutGroup;
+  }
   // The quantized rows: one buffer per calling thread, grown, never shrunk.
   thread_local std::vector<int64_t> storage;
   const size_t q_bytes = static_cast<size_t>(m * k), d_bytes = static_cast<size_t>(m * (k / block)) * 4;
   const size_t s16_bytes = static_cast<size_t>(m * (k / 16)) * 2, s32_bytes = static_cast<size_t>(m * (k / 32)) * 2;
   // Q8_0's VNNI tiles (x86) take the activations as unsigned bytes too.
-  const bool vnni = use_vnni(), unsigned_q = kUnsignedQ8 && T == DType::kQ8_0 && vnni && m > kQ8StepsFrom;
+  const bool vnni = use_vnni(), unsigned_q = kUnsignedQ8 && any_q8_0 && vnni && m > kQ8StepsFrom;
   const size_t total = q_bytes * (unsigned_q ? 2 : 1) + d_bytes + s16_bytes + s32_bytes + 64;
   if (storage.size() * 8 < total) storage.resize(total / 8 + 1);
   uint8_t* base = reinterpret_cast<uint8_t*>(storage.data());
@@ -1075,8 +1104,7 @@ void linear_int8_typed(const float* x, int64_t m, const WeightView& w, const flo
   int8_t* q = reinterpret_cast<int8_t*>(base + d_bytes + s16_bytes + s32_bytes);
   uint8_t* qu = unsigned_q ? reinterpret_cast<uint8_t*>(q + q_bytes) : nullptr;
   const ActRows a{q, vnni, qu, d, s16, s32, k, block};
-  const uint8_t* wb = static_cast<const uint8_t*>(w.data);
-  const int64_t rb = nb * block_bytes(T), groups = (n + kOutGroup - 1) / kOutGroup;
+  const int64_t groups = first[static_cast<size_t>(n)];
 #pragma omp parallel
   {
 #pragma omp for schedule(static)
@@ -1089,10 +1117,25 @@ void linear_int8_typed(const float* x, int64_t m, const WeightView& w, const flo
     const int64_t g0 = groups * t / nt, g1 = groups * (t + 1) / nt;
     for (int64_t i0 = 0; i0 < m; i0 += kRowBlock) {
       const int64_t i1 = std::min(m, i0 + kRowBlock);
+      int64_t o = 0;
+      while (first[static_cast<size_t>(o + 1)] <= g0 && o + 1 < n) ++o;
       for (int64_t g = g0; g < g1; ++g) {
-        const int64_t j = g * kOutGroup, nr = std::min(kOutGroup, n - j);
-        const uint8_t* next = g + 1 < g1 && n - j >= 2 * kOutGroup ? wb + (j + kOutGroup) * rb : nullptr;
-        outputs<T>(a, i0, i1, wb + j * rb, nr, nb, bias ? bias + j : nullptr, y + j, n, next);
+        while (g >= first[static_cast<size_t>(o + 1)]) ++o;
+        const WeightView& w = outs[o].w;
+        const int64_t nb = k / block_elems(w.dtype), rb = nb * block_bytes(w.dtype);
+        const uint8_t* wb = static_cast<const uint8_t*>(w.data);
+        const int64_t j = (g - first[static_cast<size_t>(o)]) * kOutGroup, nr = std::min(kOutGroup, w.rows - j);
+        // The next group: this matrix's if whole, else the next matrix's first if it is whole and
+        // of this type (the prefetch takes this type's block bytes).
+        const uint8_t* next = nullptr;
+        if (g + 1 < g1) {
+          if (w.rows - j >= 2 * kOutGroup) next = wb + (j + kOutGroup) * rb;
+          else if (g + 1 == first[static_cast<size_t>(o + 1)] && outs[o + 1].w.dtype == w.dtype &&
+                   outs[o + 1].w.rows >= kOutGroup)
+            next = static_cast<const uint8_t*>(outs[o + 1].w.data);
+        }
+        const float* bias = outs[o].bias;
+        outputs_of(w.dtype, a, i0, i1, wb + j * rb, nr, nb, bias ? bias + j : nullptr, outs[o].y + j, w.rows, next);
       }
     }
   }
@@ -1100,15 +1143,15 @@ void linear_int8_typed(const float* x, int64_t m, const WeightView& w, const flo
 
 }  // namespace
 
+int64_t int8_activation_block(DType t) { return is_k_quant(t) ? kQKBlock : kQBlock; }
+
 void linear_int8(const float* x, int64_t m, const WeightView& w, const float* bias, float* y) {
-  switch (w.dtype) {
-    case DType::kQ8_0: return linear_int8_typed<DType::kQ8_0>(x, m, w, bias, y);
-    case DType::kQ4_0: return linear_int8_typed<DType::kQ4_0>(x, m, w, bias, y);
-    case DType::kQ4_K: return linear_int8_typed<DType::kQ4_K>(x, m, w, bias, y);
-    case DType::kQ5_K: return linear_int8_typed<DType::kQ5_K>(x, m, w, bias, y);
-    case DType::kQ6_K: return linear_int8_typed<DType::kQ6_K>(x, m, w, bias, y);
-    default: fail("linear_int8: not a quantized weight type: ", dtype_name(w.dtype));
-  }
+  const LinearOut out{w, bias, y};
+  run_group(x, m, &out, 1);
+}
+
+void linear_int8_group(const float* x, int64_t m, const LinearOut* outs, int64_t n) {
+  for (int64_t o0 = 0; o0 < n; o0 += kMaxGroup) run_group(x, m, outs + o0, std::min<int64_t>(kMaxGroup, n - o0));
 }
 
 ASTRAI_KERNELS_END

@@ -331,8 +331,27 @@ void linear(const float* x, int64_t m, const WeightView& w, const float* bias, f
   }
 }
 
+namespace {
+// Whether linear() would give out the 8-bit activation product, with x quantized as for first.
+bool joins_int8_group(const LinearOut& out, const LinearOut& first) {
+  const DType t = out.w.dtype;
+  const bool quantized = t == DType::kQ8_0 || t == DType::kQ4_0 || is_k_quant(t);
+  return quantized && out.w.rows > 0 && out.w.cols == first.w.cols && out.w.cols % block_elems(t) == 0 &&
+         int8_activation_block(t) == int8_activation_block(first.w.dtype);
+}
+}  // namespace
+
+void linear_group(const float* x, int64_t m, const LinearOut* outs, int64_t n) {
+  if (m == 0) return;
+  bool one_job = n > 1 && activations() == Activations::kQ8;
+  for (int64_t o = 0; one_job && o < n; ++o) one_job = joins_int8_group(outs[o], outs[0]);
+  if (one_job) return linear_int8_group(x, m, outs, n);
+  for (int64_t o = 0; o < n; ++o) (linear)(x, m, outs[o].w, outs[o].bias, outs[o].y);  // this level's (no ADL)
+}
+
 void fill_linear(KernelTable& t) {
   t.linear = &linear;
+  t.linear_group = &linear_group;
   t.bf16_dot_native = &bf16_dot_native;
 }
 

@@ -26,4 +26,17 @@ inline WeightView weight_view(const Tensor& w) {
 // caller's OpenMP team; call it from outside any parallel region.
 void linear(const float* x, int64_t m, const WeightView& w, const float* bias, float* y);
 
+// One product of a group: y = x · W^T (+ bias).
+struct LinearOut {
+  WeightView w;
+  const float* bias = nullptr;
+  float* y = nullptr;
+};
+
+// Several products of the same x (q, k and v; gate and up), each y equal, bit for bit, to
+// linear()'s. Quantized weights times 8-bit activations (whose activation blocks agree) run as
+// one job: x quantized once, the outputs of every matrix split over the threads together, the
+// next matrix's first rows prefetched while a thread ends the last; the rest one by one.
+void linear_group(const float* x, int64_t m, const LinearOut* outs, int64_t n);
+
 }  // namespace astrai::kernels
