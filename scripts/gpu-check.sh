@@ -10,6 +10,7 @@
 #   4. training steps on the GPU against the CPU trainer: forward, backward, loss, clipping and
 #      AdamW on three families (tests/train/cuda_train_test.cc), and `astrai train --device cuda`
 #      against `--device cpu` with validation, checkpoints and resume (scripts/gpu-train-check.py);
+#      Steps 1 and 2 run again with ASTRAI_CUDA_LT=1 (cuBLASLt for 16-bit products of many rows).
 #   5. the decode benchmark (bench/cuda/decode_bench.cc): tokens/s at batch 1, 8 and 32, op by
 #      op and as graphs, and the share of the device's copy rate batch-1 decode reads weights at.
 # Tolerances are written in each test. Prints the GPU and the results.
@@ -86,6 +87,15 @@ run_tests() {  # BINARY FILTER
 run_tests backend_tests 'CudaOps.*:BackendOps.*'
 run_tests model_tests '*CudaForward.*:CudaDecodeGraphs.*'
 run_tests train_tests 'CudaTraining.*'
+# cuBLASLt for the 16-bit products of many rows (opt-in, src/backend/cuda/lt_gemm.h, not yet run
+# on a GPU): the same op and forward tests through it; a fallback to cublasGemmEx (its warning)
+# fails the check, since the tests would then not have gone through cuBLASLt.
+lt_out=$(ASTRAI_CUDA_LT=1 run_tests backend_tests 'CudaOps.*'; ASTRAI_CUDA_LT=1 run_tests model_tests '*CudaForward.*:CudaDecodeGraphs.*')
+echo "$lt_out"
+if grep -q -E 'FAILED|cuBLASLt:' <<<"$lt_out"; then
+  echo "gpu-check: with ASTRAI_CUDA_LT=1, a test failed or cuBLASLt fell back to cublasGemmEx" >&2
+  status=1
+fi
 [ $status = 0 ] && echo "gpu-check: every CUDA op, forward and training step agrees with the CPU backend"
 
 model=${ASTRAI_GPU_MODEL:-${ASTRAI_GPU_PREBUILT:+$ASTRAI_GPU_PREBUILT/model}}

@@ -98,19 +98,24 @@ TEST_F(CudaOps, LinearF32AndBias) {
 
 // 16-bit weights: 1 and 2 rows through gemv (f32 activations, as the CPU: 1e-4), 3 and 9
 // through cuBLAS (activations rounded to the weights' type: 1e-2).
+// Few rows through the backend's gemv, more through cuBLAS (with ASTRAI_CUDA_LT=1 cuBLASLt, the
+// bias in its epilogue: scripts/gpu-check.sh runs this test both ways).
 TEST_F(CudaOps, Linear16BitWeights) {
-  for (int64_t m : {1, 2, 3, 9})
-  for (DType dt : {DType::kBF16, DType::kF16}) {
+  for (int64_t m : {1, 2, 3, 9, 40})
+  for (DType dt : {DType::kBF16, DType::kF16})
+  for (bool with_bias : {false, true}) {
     const int64_t n = 48, k = 160;
     const auto x = randn(static_cast<size_t>(m * k), 4), w = randn(static_cast<size_t>(n * k), 5, 0.1f);
+    const auto b = randn(static_cast<size_t>(n), 9);
     std::vector<uint16_t> wh(w.size());
     convert_from_f32(w.data(), dt, wh.data(), w.size());
     std::vector<float> want(static_cast<size_t>(m * n));
-    cpu().linear(x.data(), m, Weight{wh.data(), dt, n, k}, nullptr, want.data());
-    Dev<float> dx(x), dy(static_cast<size_t>(m * n));
+    cpu().linear(x.data(), m, Weight{wh.data(), dt, n, k}, with_bias ? b.data() : nullptr, want.data());
+    Dev<float> dx(x), dy(static_cast<size_t>(m * n)), db(b);
     Dev<uint16_t> dw(wh);
-    gpu().linear(dx.p(), m, Weight{dw.p(), dt, n, k}, nullptr, dy.p());
-    expect_close(dy.back(), want, m <= 2 ? 1e-4 : 1e-2, "linear " + std::string(dtype_name(dt)) + " m=" + std::to_string(m));
+    gpu().linear(dx.p(), m, Weight{dw.p(), dt, n, k}, with_bias ? db.p() : nullptr, dy.p());
+    expect_close(dy.back(), want, m <= 2 ? 1e-4 : 1e-2,
+                 "linear " + std::string(dtype_name(dt)) + " m=" + std::to_string(m) + (with_bias ? " +bias" : ""));
   }
 }
 

@@ -1,7 +1,8 @@
 // The CUDA backend: backend::Ops over device memory, one class (CudaOps) over the kernels of
 // kernels.cuh and attention.cuh. Products of few rows (decode) go through the backend's gemv,
 // larger ones through cuBLAS (f32 SGEMM, or GemmEx with the activations rounded to the
-// weights' 16-bit type and f32 accumulation); every other operation is one plain kernel
+// weights' 16-bit type and f32 accumulation; with ASTRAI_CUDA_LT=1 the 16-bit ones through
+// cuBLASLt with the bias in its epilogue, lt_gemm.h); every other operation is one plain kernel
 // (train_kernels.cuh: the loss, the gradient norm and AdamW of a training step).
 //
 // All work goes to one stream of the backend's. Index arrays arrive in host memory (ops.h);
@@ -19,6 +20,7 @@
 #include <cstdlib>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <utility>
@@ -27,6 +29,7 @@
 #include "backend/cuda/attention.cuh"
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/kernels.cuh"
+#include "backend/cuda/lt_gemm.h"
 #include "backend/cuda/staging.h"
 #include "backend/cuda/train_kernels.cuh"
 #include "base/error.h"
@@ -69,6 +72,9 @@ class CudaOps final : public Ops {
       gemv_rows_16bit_ = std::clamp(std::atoi(rows), 0, kGemvMaxRows);
     const char* env = std::getenv("ASTRAI_CUDA_GRAPHS");
     graphs_ = env == nullptr || std::string(env) != "0";
+    // cuBLASLt for the 16-bit products of many rows: opt-in until it has run on a GPU (lt_gemm.h).
+    const char* lt = std::getenv("ASTRAI_CUDA_LT");
+    if (lt != nullptr && std::string(lt) == "1") lt_ = std::make_unique<LtGemm>(blas_workspace_, kBlasWorkspace);
   }
   ~CudaOps() override {
     for (auto& [key, step] : steps_)
@@ -227,6 +233,7 @@ class CudaOps final : public Ops {
       else round_kernel<<<blocks_for(m * k), kThreads, 0, stream_>>>(x, m * k, static_cast<__half*>(xh));
       check_launch("linear: rounding x");
       const cudaDataType_t t = bf16 ? CUDA_R_16BF : CUDA_R_16F;
+      if (lt_ != nullptr && lt_->run(t, n, mm, k, w.data, xh, bias, y, stream_)) return;  // bias in its epilogue
       check_blas(cublasGemmEx(blas_, CUBLAS_OP_T, CUBLAS_OP_N, n, mm, k, &one, w.data, t, k, xh, t, k, &zero, y,
                               CUDA_R_32F, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                  "linear (16-bit)");
@@ -673,6 +680,7 @@ class CudaOps final : public Ops {
   cudaStream_t stream_ = nullptr;
   cublasHandle_t blas_ = nullptr;
   void* blas_workspace_ = nullptr;
+  mutable std::unique_ptr<LtGemm> lt_;  // null unless ASTRAI_CUDA_LT=1
   int sm_count_ = 1;
   int gemv_rows_16bit_ = kGemvRows16Bit;
   mutable std::mutex mu_;  // guards the scratch below
