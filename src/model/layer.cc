@@ -71,21 +71,19 @@ void qkv_forward(const backend::Ops& ops, const ModelConfig& c, const Dims& d, c
                  const LayerInput& in, const LayerActs& A, ForwardClock& clock, const LayerLora* lora) {
   float* q = c.qk_norm ? A.q_raw : A.q;
   float* k = c.qk_norm ? A.k_raw : A.k;
-  if (!c.is_mla()) {  // q, k and v of one x: one job where the backend can
-    const backend::LinearTarget qkv[] = {
-        {w.q_proj, w.q_bias.f32(), q}, {w.k_proj, w.k_bias.f32(), k}, {w.v_proj, w.v_bias.f32(), A.v}};
-    ops.linear_group(A.xn1, d.T, qkv, 3);
-  } else {
-    ops.linear(A.xn1, d.T, w.q_proj, w.q_bias.f32(), q);
-  }
-  adapter_forward(ops, lora, &LayerLora::q, A.xn1, d.T, q);
   if (c.is_mla()) {
+    ops.linear(A.xn1, d.T, w.q_proj, w.q_bias.f32(), q);
+    adapter_forward(ops, lora, &LayerLora::q, A.xn1, d.T, q);
     // [k_nope | k_rope | v] per kv head = rmsnorm(xn1·Wkv_a^T)·Wkv_b^T.
     ops.linear(A.xn1, d.T, w.kv_a_proj, nullptr, A.lat_raw);
     ops.rmsnorm(A.lat_raw, d.T, d.R, w.kv_norm.f32(), d.eps, A.lat, A.rstd_kv);
     ops.linear(A.lat, d.T, w.kv_b_proj, nullptr, A.kvb);
     ops.split_rows(A.kvb, d.T * d.KV, d.qkd, d.vd, k, A.v);
-  } else {
+  } else {  // q, k and v of one x: one job where the backend can
+    const backend::LinearTarget qkv[] = {
+        {w.q_proj, w.q_bias.f32(), q}, {w.k_proj, w.k_bias.f32(), k}, {w.v_proj, w.v_bias.f32(), A.v}};
+    ops.linear_group(A.xn1, d.T, qkv, 3);
+    adapter_forward(ops, lora, &LayerLora::q, A.xn1, d.T, q);
     adapter_forward(ops, lora, &LayerLora::k, A.xn1, d.T, k);
     adapter_forward(ops, lora, &LayerLora::v, A.xn1, d.T, A.v);
   }

@@ -42,8 +42,7 @@ class LtGemm {
   bool run(cudaDataType_t t, int n, int m, int k, const void* w, const void* x, const float* bias, float* y,
            cudaStream_t stream) {
     if (!ok_) return false;
-    const Key key{static_cast<int>(t), n, m, k, bias != nullptr, alignment(w), alignment(x), alignment(y),
-                  bias != nullptr ? alignment(bias) : 0};
+    const Key key{static_cast<int>(t), n, m, k, bias != nullptr, alignment(w), alignment(x), alignment(y)};
     auto it = plans_.find(key);
     if (it == plans_.end()) {
       if (plans_.size() >= kMaxPlans) {
@@ -70,8 +69,8 @@ class LtGemm {
   }
 
  private:
-  // type, n, m, k, bias, and the alignments of W, x, y and the bias (the algorithm depends on them).
-  using Key = std::tuple<int, int, int, int, bool, int, int, int, int>;
+  // type, n, m, k, bias, and the alignments of W, x and y (the algorithm depends on them).
+  using Key = std::tuple<int, int, int, int, bool, int, int, int>;
   struct Plan {
     cublasLtMatmulDesc_t op = nullptr;
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
@@ -87,7 +86,7 @@ class LtGemm {
   }
 
   bool make_plan(const Key& key, Plan* p) {
-    const auto [type, n, m, k, bias, align_w, align_x, align_y, align_bias] = key;
+    const auto [type, n, m, k, bias, align_w, align_x, align_y] = key;
     const auto t = static_cast<cudaDataType_t>(type);
     const cublasOperation_t transa = CUBLAS_OP_T, transb = CUBLAS_OP_N;
     const cublasLtEpilogue_t epilogue = bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
@@ -127,7 +126,6 @@ class LtGemm {
     const bool heuristic = set && cublasLtMatmulAlgoGetHeuristic(handle_, p->op, p->a, p->b, p->d, p->d, pref, 1,
                                                                  &result, &found) == CUBLAS_STATUS_SUCCESS;
     cublasLtMatmulPreferenceDestroy(pref);
-    (void)align_bias;  // part of the key: the epilogue reads the bias vector
     if (!heuristic || found == 0) return fail("no algorithm for the shape");
     p->algo = result.algo;
     return true;
