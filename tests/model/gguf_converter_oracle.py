@@ -98,12 +98,16 @@ def tokenizer_dir(vocab, tmp):
     return out
 
 
+def vocab_size(tok):
+    """The ids a tokenizer dir uses: its vocabulary and added tokens."""
+    tj = json.load(open(os.path.join(tok, "tokenizer.json")))
+    return max([len(tj["model"]["vocab"])] + [t["id"] + 1 for t in tj.get("added_tokens", [])])
+
+
 def hf_checkpoint(d, vocab, cfg, tmp):
     """Writes our random-weight checkpoint with the vocabulary's files; returns its config."""
     tok = tokenizer_dir(vocab, tmp)
-    tj = json.load(open(os.path.join(tok, "tokenizer.json")))
-    n = max([len(tj["model"]["vocab"])] + [t["id"] + 1 for t in tj.get("added_tokens", [])])
-    cfg = dict(cfg, vocab_size=n, architectures=[ARCHS[cfg["model_type"]]])
+    cfg = dict(cfg, vocab_size=vocab_size(tok), architectures=[ARCHS[cfg["model_type"]]])
     c = of.Cfg(cfg)
     W = of.random_weights(c)
     of.save_model(d, cfg, [(name, W[name]) for name, _, _ in of.param_shapes(c)], "F32")
@@ -117,9 +121,7 @@ def trained_checkpoint(d, vocab, cfg, tmp):
     tok = tokenizer_dir(vocab, tmp)
     work = d + "_work"
     os.makedirs(work)
-    tj = json.load(open(os.path.join(tok, "tokenizer.json")))
-    n = max([len(tj["model"]["vocab"])] + [t["id"] + 1 for t in tj.get("added_tokens", [])])
-    json.dump(dict(cfg, vocab_size=n), open(os.path.join(work, "config.json"), "w"))
+    json.dump(dict(cfg, vocab_size=vocab_size(tok)), open(os.path.join(work, "config.json"), "w"))
     with open(os.path.join(work, "text.txt"), "w") as f:
         f.write("The quick brown fox jumps over the lazy dog. Ünïcödé, 日本語, 12345. " * 40)
     data = os.path.join(work, "data")
