@@ -132,8 +132,9 @@ def compare(name, ttype, triples, same_ids=None):
     return row
 
 
-def score_texts(a, driver, path, ttype, cfg, tmp, texts):
-    """One row: texts each side tokenizes itself, scored by both; PyTorch on the file's values."""
+def score_texts(a, driver, path, tmp, texts, label, cfg=None):
+    """Texts each side tokenizes itself, scored by both (PyTorch on the file's values too, given
+    the model's cfg): the compare() triples and whether the token ids were the same."""
     import gguf_oracle as go
     import oracle_forward as of
     theirs = llama_side(driver, path, ["hex " + t.encode().hex() for t in texts], tmp)
@@ -141,14 +142,14 @@ def score_texts(a, driver, path, ttype, cfg, tmp, texts):
     same = [t[0] == o for t, o in zip(theirs, ours_ids)]
     for text, t, o in zip(texts, theirs, ours_ids):
         if t[0] != o:
-            print("     %r: llama.cpp %s, ours %s" % (text, t[0][:16], o[:16]))
-    held = go.held_values(path, cfg)
-    triples = [(t[1], our_side(a.astrai, path, t[0], tmp), of.torch_forward(of.Cfg(cfg), held, t[0]).numpy())
-               for t in theirs]
+            print("     %s %r: llama.cpp %s, ours %s" % (label, text, t[0][:16], o[:16]))
+    held = go.held_values(path, cfg) if cfg is not None else None
+    triples = [(t[1], our_side(a.astrai, path, t[0], tmp),
+                of.torch_forward(of.Cfg(cfg), held, t[0]).numpy() if cfg is not None else None) for t in theirs]
     return triples, all(same)
 
 
-def converted_files(a, driver, tmp, compare_texts):
+def converted_files(a, driver, tmp, texts):
     """Our HF checkpoints (tests/model/gguf_converter_oracle.py's models, real vocabularies) converted by
     llama.cpp's own convert_hf_to_gguf.py, scored by both programs on texts."""
     import gguf_converter_oracle as co
@@ -160,7 +161,7 @@ def converted_files(a, driver, tmp, compare_texts):
         for ttype in co.OUTTYPES.get(name, ["f32"]):
             path = os.path.join(tmp, "converted_%s_%s.gguf" % (name, ttype))
             co.convert(converter, d, path, ttype)
-            triples, same = compare_texts(name, path, ttype, cfg)
+            triples, same = score_texts(a, driver, path, tmp, texts, name, cfg)
             rows.append(compare("%s (convert_hf_to_gguf.py)" % name, ttype.upper(), triples, same))
             os.remove(path)
         shutil.rmtree(d, ignore_errors=True)
@@ -225,21 +226,11 @@ def main():
     texts = go.TEXTS
     for vocab, (kind, pre) in ({} if a.only or a.converted_only else go.VOCABS).items():
         path = os.path.join(tmp, "vocab_%s.gguf" % vocab)
-        n = json.load(open(os.path.join(go.vocab_dir(vocab), "tokenizer.json")))["added_tokens"][-1]["id"] + 1
-        n = max(n, len(json.load(open(os.path.join(go.vocab_dir(vocab), "tokenizer.json")))["model"]["vocab"]))
-        cfg = of.base("llama", vocab_size=n, num_hidden_layers=1)
-        c = of.Cfg(cfg)
-        go.write_model_gguf(path, cfg, of.random_weights(c), "F32", (kind, pre, go.vocab_dir(vocab)))
-        theirs = llama_side(driver, path, ["hex " + t.encode().hex() for t in texts], tmp)
-        ours_ids = our_ids(a.astrai, path, texts, tmp)
-        same = [t[0] == o for t, o in zip(theirs, ours_ids)]
-        for text, t, o in zip(texts, theirs, ours_ids):
-            if t[0] != o:
-                print("     %s %r: llama.cpp %s, ours %s" % (vocab, text, t[0][:16], o[:16]))
-        triples = [(t[1], our_side(a.astrai, path, t[0], tmp), None) for t in theirs]
-        rows.append(compare("%s vocabulary (%d texts)" % (vocab, len(texts)), "F32", triples, all(same)))
-    rows += converted_files(a, driver, tmp, compare_texts=lambda name, path, ttype, cfg: score_texts(
-        a, driver, path, ttype, cfg, tmp, texts))
+        cfg = of.base("llama", vocab_size=go.vocab_size(go.vocab_dir(vocab)), num_hidden_layers=1)
+        go.write_model_gguf(path, cfg, of.random_weights(of.Cfg(cfg)), "F32", (kind, pre, go.vocab_dir(vocab)))
+        triples, same = score_texts(a, driver, path, tmp, texts, vocab)
+        rows.append(compare("%s vocabulary (%d texts)" % (vocab, len(texts)), "F32", triples, same))
+    rows += converted_files(a, driver, tmp, texts)
     if a.json:
         json.dump(rows, open(a.json, "w"), indent=1)
     shutil.rmtree(tmp, ignore_errors=True)

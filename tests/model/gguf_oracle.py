@@ -25,7 +25,6 @@ import json
 import math
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 
@@ -361,6 +360,12 @@ def tokenize(tok, texts, tmp):
             f.write(json.dumps({"text": t}) + "\n")
     r = of.run(["tokenize", "--tokenizer", tok, "--batch-jsonl", inp])
     return [json.loads(line) for line in r.stdout.splitlines()]
+
+
+def vocab_size(tok):
+    """The ids a tokenizer dir uses: its vocabulary and added tokens."""
+    tj = json.load(open(os.path.join(tok, "tokenizer.json")))
+    return max([len(tj["model"]["vocab"])] + [t["id"] + 1 for t in tj.get("added_tokens", [])])
 
 
 def vocab_dir(vocab):

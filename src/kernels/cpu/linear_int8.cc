@@ -1117,10 +1117,8 @@ void run_group(const float* x, int64_t m, const LinearOut* outs, int64_t n) {
     const int64_t g0 = groups * t / nt, g1 = groups * (t + 1) / nt;
     for (int64_t i0 = 0; i0 < m; i0 += kRowBlock) {
       const int64_t i1 = std::min(m, i0 + kRowBlock);
-      int64_t o = 0;
-      while (first[static_cast<size_t>(o + 1)] <= g0 && o + 1 < n) ++o;
-      for (int64_t g = g0; g < g1; ++g) {
-        while (g >= first[static_cast<size_t>(o + 1)]) ++o;
+      for (int64_t g = g0, o = 0; g < g1; ++g) {
+        while (g >= first[static_cast<size_t>(o + 1)]) ++o;  // the matrix of group g
         const WeightView& w = outs[o].w;
         const int64_t nb = k / block_elems(w.dtype), rb = nb * block_bytes(w.dtype);
         const uint8_t* wb = static_cast<const uint8_t*>(w.data);

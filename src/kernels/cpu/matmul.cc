@@ -336,7 +336,7 @@ namespace {
 bool joins_int8_group(const LinearOut& out, const LinearOut& first) {
   const DType t = out.w.dtype;
   const bool quantized = t == DType::kQ8_0 || t == DType::kQ4_0 || is_k_quant(t);
-  return quantized && out.w.rows > 0 && out.w.cols == first.w.cols && out.w.cols % block_elems(t) == 0 &&
+  return quantized && out.w.cols == first.w.cols && out.w.cols % block_elems(t) == 0 &&
          int8_activation_block(t) == int8_activation_block(first.w.dtype);
 }
 }  // namespace

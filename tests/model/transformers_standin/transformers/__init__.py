@@ -65,14 +65,9 @@ class AddedToken:
         self.content = t["content"]
         self.special = bool(t.get("special", False))
         self.normalized = bool(t.get("normalized", not self.special))
-        self.lstrip = bool(t.get("lstrip", False))
-        self.rstrip = bool(t.get("rstrip", False))
-        self.single_word = bool(t.get("single_word", False))
 
 
 class FastTokenizer:
-    is_fast = True
-
     def __init__(self, path):
         file = os.path.join(path, "tokenizer.json")
         with open(file, encoding="utf-8") as f:
@@ -94,9 +89,6 @@ class FastTokenizer:
             raise RuntimeError("transformers stand-in: the tokenizers process ended (is %s/js installed?)" % _ASSETS)
         return json.loads(line)
 
-    def get_vocab(self):
-        return dict(self.vocab)
-
     def get_added_vocab(self):
         return {t.content: i for i, t in self.added_tokens_decoder.items()}
 
@@ -105,9 +97,6 @@ class FastTokenizer:
 
     def decode(self, ids, skip_special_tokens=False):
         return self._ask({"op": "decode", "ids": list(ids), "skip": skip_special_tokens})
-
-    def __len__(self):
-        return len(self.vocab)
 
 
 class AutoTokenizer:
