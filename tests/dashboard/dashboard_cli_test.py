@@ -52,6 +52,17 @@ class Proc:
         with self.lock:
             return self.err
 
+    def wait(self, seconds):
+        """The exit status once the process ended and its stderr was read to the end (None, after
+        a kill, if it did not end in time)."""
+        try:
+            code = self.p.wait(timeout=seconds)
+        except subprocess.TimeoutExpired:
+            self.p.kill()
+            code = None
+        self.reader.join(timeout=10)
+        return code
+
     def wait_for(self, pattern, seconds):
         deadline = time.time() + seconds
         while time.time() < deadline:
@@ -105,11 +116,7 @@ def live_dashboard(tmp, data, cfg):
     page = urllib.request.urlopen(base, timeout=10).read().decode()
     check("AstrAI training dashboard" in page, "the page is served")
     proc.p.send_signal(signal.SIGTERM)
-    try:
-        code = proc.p.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.p.kill()
-        code = None
+    code = proc.wait(10)
     check(code == 0, f"SIGTERM ends the finished run's dashboard with status 0 (got {code})")
     check(f"done after {steps} updates" in proc.p.stdout.read(), "the run's summary is printed")
 
@@ -130,11 +137,7 @@ def sigterm_while_training(tmp, data, cfg):
         time.sleep(0.05)
     check(served >= 3 and proc.p.poll() is None, f"records served while training ({served} of 100000 updates)")
     proc.p.send_signal(signal.SIGTERM)
-    try:
-        code = proc.p.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        proc.p.kill()
-        code = None
+    code = proc.wait(30)
     check(code == 0, f"SIGTERM during training stops it and exits (status {code}; {proc.stderr()[-300:]})")
     check("stopped by signal" in proc.stderr() and "still serving" not in proc.stderr(),
           "an interrupted run saves its checkpoint and does not keep serving")
