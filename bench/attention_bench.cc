@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "base/huge_buffer.h"
 #include "bench_probes.h"
 #include "kernels/cpu/attention.h"
 
@@ -21,10 +22,12 @@ using namespace astrai;
 constexpr const char* kUsage =
     "usage: attention_bench [--tokens 512,4096] [--heads 12] [--kv-heads 4] [--dim 64]\n"
     "                       [--kv-dtype f32|bf16] [--decode-batch 32] [--ctx 576] [--threads N]\n"
+    "                       [--page-size 16]\n"
     "                       [--quick] [--cpu-time]\n"
     "  --tokens        prefill lengths, comma-separated (default 512,4096)\n"
     "  --decode-batch  sequences of the decode run (default 32; 0 skips it)\n"
     "  --ctx           decode: cached positions per sequence (default 576)\n"
+    "  --page-size     K/V slots per page (default 16, the engine's)\n"
     "  --threads N     OpenMP threads (default 2)\n";
 
 struct AttnShape {
@@ -32,37 +35,38 @@ struct AttnShape {
   bool bf16 = false;
 };
 
-constexpr int kPage = 16;
+int kPage = 16;  // --page-size
 
 // A paged cache holding `seqs` sequences of `len` positions each, pages shuffled (as after a
 // server has run a while, a sequence's pages are scattered over the pool).
 struct PagedKv {
-  std::vector<float> k32, v32;
-  std::vector<uint16_t> k16, v16;
+  HugeBuffer k, v;  // as the engine's cache: 2 MiB huge pages (base/huge_buffer.h)
   std::vector<std::vector<int32_t>> tables;
   kernels::KvSource source;
 
   PagedKv(const AttnShape& s, int64_t seqs, int64_t len) {
     const int64_t pages_per = (len + kPage - 1) / kPage, pages = seqs * pages_per;
     const size_t n = static_cast<size_t>(pages * s.kv_heads * kPage * s.dim);
-    std::vector<float> k = bench::random_floats(n, 11), v = bench::random_floats(n, 12);
+    const std::vector<float> k32 = bench::random_floats(n, 11), v32 = bench::random_floats(n, 12);
     std::vector<int32_t> order(static_cast<size_t>(pages));
     for (int64_t i = 0; i < pages; ++i) order[static_cast<size_t>(i)] = static_cast<int32_t>(i);
     std::shuffle(order.begin(), order.end(), std::mt19937(7));
     for (int64_t q = 0; q < seqs; ++q)
       tables.emplace_back(order.begin() + q * pages_per, order.begin() + (q + 1) * pages_per);
+    k = HugeBuffer(s.bf16 ? (n + 1) / 2 : n), v = HugeBuffer(s.bf16 ? (n + 1) / 2 : n);
     if (s.bf16) {
-      k16.resize(n), v16.resize(n);
+      uint16_t* k16 = reinterpret_cast<uint16_t*>(k.data());
+      uint16_t* v16 = reinterpret_cast<uint16_t*>(v.data());
       for (size_t i = 0; i < n; ++i) {
         uint32_t a, b;
-        std::memcpy(&a, &k[i], 4), std::memcpy(&b, &v[i], 4);
+        std::memcpy(&a, &k32[i], 4), std::memcpy(&b, &v32[i], 4);
         k16[i] = static_cast<uint16_t>(a >> 16), v16[i] = static_cast<uint16_t>(b >> 16);
       }
-      source = kernels::KvSource{k16.data(), v16.data(), kPage, true};
     } else {
-      k32 = std::move(k), v32 = std::move(v);
-      source = kernels::KvSource{k32.data(), v32.data(), kPage, false};
+      std::copy(k32.begin(), k32.end(), k.data());
+      std::copy(v32.begin(), v32.end(), v.data());
     }
+    source = kernels::KvSource{k.data(), v.data(), kPage, s.bf16};
   }
 };
 
@@ -141,6 +145,8 @@ int main(int argc, char** argv) {
       s.bf16 = std::string(argv[++i]) == "bf16";
     } else if (a == "--decode-batch" && has) {
       batch = std::atoll(argv[++i]);
+    } else if (a == "--page-size" && has) {
+      kPage = std::atoi(argv[++i]);
     } else if (a == "--ctx" && has) {
       ctx = std::atoll(argv[++i]);
     } else if (a == "--threads" && has) {
