@@ -112,20 +112,6 @@ float f16_at(const uint8_t* p) {
   return f16_widen(h);
 }
 
-// The 6-bit scales and mins of a Q4_K or Q5_K block (bytes: sc[0..7], m[0..7]), 4 at a time from the 12
-// scale bytes as little-endian words (q4_k_scale_min gives the same values one at a time).
-void q4k_scales_mins(const uint8_t* b, uint8_t* out) {
-  uint32_t w[3];
-  std::memcpy(w, b + kQ4KScalesAt, 12);
-  const uint32_t six[4] = {
-      w[0] & 0x3f3f3f3fu,
-      (w[2] & 0x0f0f0f0fu) | ((w[0] >> 2) & 0x30303030u),
-      w[1] & 0x3f3f3f3fu,
-      ((w[2] >> 4) & 0x0f0f0f0fu) | ((w[1] >> 2) & 0x30303030u),
-  };
-  std::memcpy(out, six, 16);
-}
-
 // ---- The definition, one output at a time (generic, neon, and x86's partial groups) ----
 #if defined(ASTRAI_ISA_NEON)
 // neon: with widening multiplies, and with ARMv8.2's dot product (sdot) for CPUs that have it
@@ -180,6 +166,14 @@ inline __m256 f16x8(const uint8_t* p, int64_t stride) {
   alignas(16) uint16_t h[8];
   for (int n = 0; n < 8; ++n) std::memcpy(&h[n], p + n * stride, 2);
   return _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(h)));
+}
+
+// The 6-bit scales and mins of a Q4_K or Q5_K block (q4k_six_bit): bytes 0-7 sc[0..7], 8-15
+// m[0..7], in a register.
+inline __m128i q4k_scales_mins(const uint8_t* b) {
+  const Q4kSixBit s = q4k_six_bit(b);
+  return _mm_setr_epi32(static_cast<int>(s.w[0]), static_cast<int>(s.w[1]), static_cast<int>(s.w[2]),
+                        static_cast<int>(s.w[3]));
 }
 
 inline void store_outputs(__m256 acc, const float* bias, float* y) {
@@ -300,12 +294,92 @@ inline void store_steps(const __m256i* v, uint8_t* out) {
   }
 }
 
+// The 8 W rows' int32 v[n] dword j, output-major: out + 32 j holds dword j of every row (row n in
+// dword n), for j < count.
+inline void store_transposed(const __m256i* v, uint8_t* out, int count) {
+  __m256i t[8];
+  transpose8x8_epi32(v, t);
+  for (int j = 0; j < count; ++j) _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 32 * j), t[j]);
+}
+
+// The 8 W rows' scales v[n] dword j (int16 values) as the tiles' int16 pairs: out + 32 j holds
+// scale j of row n in int16 lanes 2n and 2n + 1.
+inline void store_scale_pairs(const __m256i* v, uint8_t* out) {
+  __m256i t[8];
+  transpose8x8_epi32(v, t);
+  for (int j = 0; j < 8; ++j)
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 32 * j),
+                        _mm256_or_si256(_mm256_and_si256(t[j], _mm256_set1_epi32(0xffff)), _mm256_slli_epi32(t[j], 16)));
+}
+
+#if defined(ASTRAI_ISA_V4)
+// store_steps<true> from zmm: rows2[i] holds W rows 2i and 2i + 1 (32 bytes each); pair p (64
+// bytes at out + 64 p) gets qword p of every row.
+inline void store_step_pairs(const __m512i* rows2, uint8_t* out) {
+  const __m512i q01 = _mm512_setr_epi64(0, 4, 8, 12, 1, 5, 9, 13), q23 = _mm512_setr_epi64(2, 6, 10, 14, 3, 7, 11, 15);
+  for (int h = 0; h < 2; ++h) {  // rows 0-3 from rows2[0..1], rows 4-7 from rows2[2..3]
+    const __m512i a = rows2[0], b = rows2[1], c = rows2[2], d = rows2[3];
+    const __m512i x = _mm512_permutex2var_epi64(a, h == 0 ? q01 : q23, b);  // [rows 0-3 qword 2h | 2h + 1]
+    const __m512i y = _mm512_permutex2var_epi64(c, h == 0 ? q01 : q23, d);
+    _mm512_storeu_si512(out + 128 * h, _mm512_shuffle_i64x2(x, y, _MM_SHUFFLE(1, 0, 1, 0)));
+    _mm512_storeu_si512(out + 128 * h + 64, _mm512_shuffle_i64x2(x, y, _MM_SHUFFLE(3, 2, 3, 2)));
+  }
+}
+
+// The 32 bytes at p and at p + stride in one zmm.
+inline __m512i load_two(const uint8_t* p, int64_t stride) {
+  return _mm512_inserti64x4(_mm512_castsi256_si512(load256(p)), load256(p + stride), 1);
+}
+
+// k_quants of two W rows at once (blk and blk + rb): lo / hi of row 0 in the low 256 bits, row 1
+// in the high ones.
+template <DType T>
+inline void k_quants_two(const uint8_t* blk, int64_t rb, int c, __m512i* lo, __m512i* hi) {
+  const __m512i low4 = _mm512_set1_epi8(15);
+  if constexpr (T == DType::kQ4_K) {
+    const __m512i v = load_two(blk + kQ4KQuantsAt + 32 * c, rb);
+    *lo = _mm512_and_si512(v, low4);
+    *hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
+  } else {
+    const __m512i v = load_two(blk + kQ5KQuantsAt + 32 * c, rb), qh = load_two(blk + kQ5KHighAt, rb);
+    const __m512i one = _mm512_set1_epi8(1);
+    const __m512i b0 = _mm512_and_si512(_mm512_srl_epi16(qh, _mm_cvtsi32_si128(2 * c)), one);
+    const __m512i b1 = _mm512_and_si512(_mm512_srl_epi16(qh, _mm_cvtsi32_si128(2 * c + 1)), one);
+    *lo = _mm512_or_si512(_mm512_and_si512(v, low4), _mm512_slli_epi16(b0, 4));
+    *hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(v, 4), low4), _mm512_slli_epi16(b1, 4));
+  }
+}
+#endif
+
 // Q4_0: the 8 W rows at w (row stride rb, nb blocks) as nibble steps (kBlockSteps per block, in
 // `steps`) and their scales as f32 ([block][output], in `scales`).
 template <bool Pairs>
 void interleave_q4_0(const uint8_t* w, int64_t rb, int64_t nb, uint8_t* steps, float* scales) {
   const __m256i low4 = _mm256_set1_epi8(15);
   for (int64_t b = 0; b < nb; ++b) {
+    _mm256_storeu_ps(scales + b * 8, f16x8(w + b * kQ4BlockBytes, rb));
+#if defined(ASTRAI_ISA_V4)
+    if constexpr (Pairs) {  // 4 rows' 16 nibble bytes per zmm; a row's qwords 0, 1 are its low nibbles, 2, 3 its high
+      const __m512i low4z = _mm512_set1_epi8(15);
+      __m512i lo[2], hi[2];
+      for (int h = 0; h < 2; ++h) {
+        const uint8_t* blk = w + 4 * h * rb + b * kQ4BlockBytes + 2;
+        __m512i v = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk)));
+        v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + rb)), 1);
+        v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2 * rb)), 2);
+        v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 3 * rb)), 3);
+        lo[h] = _mm512_and_si512(v, low4z);
+        hi[h] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4z);
+      }
+      const __m512i even = _mm512_setr_epi64(0, 2, 4, 6, 8, 10, 12, 14), odd = _mm512_setr_epi64(1, 3, 5, 7, 9, 11, 13, 15);
+      uint8_t* out = steps + b * kBlockSteps * kStepBytes;
+      _mm512_storeu_si512(out, _mm512_permutex2var_epi64(lo[0], even, lo[1]));
+      _mm512_storeu_si512(out + 64, _mm512_permutex2var_epi64(lo[0], odd, lo[1]));
+      _mm512_storeu_si512(out + 128, _mm512_permutex2var_epi64(hi[0], even, hi[1]));
+      _mm512_storeu_si512(out + 192, _mm512_permutex2var_epi64(hi[0], odd, hi[1]));
+      continue;
+    }
+#endif
     __m256i nib[8];
     for (int n = 0; n < 8; ++n) {
       const uint8_t* blk = w + n * rb + b * kQ4BlockBytes;
@@ -313,7 +387,6 @@ void interleave_q4_0(const uint8_t* w, int64_t rb, int64_t nb, uint8_t* steps, f
       nib[n] = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(v, 4), v), low4);  // elements 0..31
     }
     store_steps<Pairs>(nib, steps + b * kBlockSteps * kStepBytes);
-    _mm256_storeu_ps(scales + b * 8, f16x8(w + b * kQ4BlockBytes, rb));
   }
 }
 
@@ -358,24 +431,29 @@ void interleave_q4_k(const uint8_t* w, int64_t rb, int64_t nb, uint8_t* steps, f
   constexpr int64_t kBytes = block_bytes(T);
   for (int64_t b = 0; b < nb; ++b) {
     uint8_t* out = steps + b * kQ4KSteps;
-    alignas(32) int16_t sc[8][16], mins[4][16];
     for (int c = 0; c < 4; ++c) {  // sub-blocks 2c (low nibbles) and 2c + 1 (high)
+#if defined(ASTRAI_ISA_V4)
+      if constexpr (Pairs) {  // two rows per zmm
+        __m512i lo[4], hi[4];
+        for (int i = 0; i < 4; ++i) k_quants_two<T>(w + 2 * i * rb + b * kBytes, rb, c, &lo[i], &hi[i]);
+        store_step_pairs(lo, out + (2 * c) * kBlockSteps * kStepBytes);
+        store_step_pairs(hi, out + (2 * c + 1) * kBlockSteps * kStepBytes);
+        continue;
+      }
+#endif
       __m256i lo[8], hi[8];
       for (int n = 0; n < 8; ++n) k_quants<T>(w + n * rb + b * kBytes, c, &lo[n], &hi[n]);
       store_steps<Pairs>(lo, out + (2 * c) * kBlockSteps * kStepBytes);
       store_steps<Pairs>(hi, out + (2 * c + 1) * kBlockSteps * kStepBytes);
     }
+    __m256i sc[8], mins[8];  // row n: its 8 scales as int32; its mins as 4 int32 (m_2p, m_2p+1) int16 pairs
     for (int n = 0; n < 8; ++n) {
-      uint8_t sm[16];
-      q4k_scales_mins(w + n * rb + b * kBytes, sm);
-      for (int j = 0; j < 8; ++j) sc[j][2 * n] = sc[j][2 * n + 1] = sm[j];
-      for (int j = 0; j < 8; j += 2) {
-        mins[j / 2][2 * n] = sm[8 + j];
-        mins[j / 2][2 * n + 1] = sm[8 + j + 1];
-      }
+      const __m128i v = q4k_scales_mins(w + n * rb + b * kBytes);
+      sc[n] = _mm256_cvtepu8_epi32(v);
+      mins[n] = _mm256_zextsi128_si256(_mm_cvtepu8_epi16(_mm_srli_si128(v, 8)));
     }
-    std::memcpy(out + 8 * kBlockSteps * kStepBytes, sc, sizeof sc);
-    std::memcpy(out + 8 * kBlockSteps * kStepBytes + sizeof sc, mins, sizeof mins);
+    store_scale_pairs(sc, out + 8 * kBlockSteps * kStepBytes);
+    store_transposed(mins, out + 8 * kBlockSteps * kStepBytes + 8 * 32, 4);
     _mm256_storeu_ps(scales + b * 16, f16x8(w + b * kBytes, rb));
     _mm256_storeu_ps(scales + b * 16 + 8, f16x8(w + b * kBytes + 2, rb));
   }
@@ -458,17 +536,16 @@ void interleave_q6_k(const uint8_t* w, int64_t rb, int64_t nb, uint8_t* steps, f
         }
         store_steps<Pairs>(q, out + (128 * c + 32 * t) / 4 * kStepBytes);
       }
-    alignas(32) int16_t sc[16][16], pairs[8][16];
+    __m256i sc0[8], sc1[8], pairs[8];  // row n: its scales 0-7 and 8-15 as int32; (s_2p, s_2p+1) int16 pairs
     for (int n = 0; n < 8; ++n) {
-      const int8_t* s8 = reinterpret_cast<const int8_t*>(w + n * rb + b * kQ6KBlockBytes + kQ6KScalesAt);
-      for (int g = 0; g < 16; ++g) sc[g][2 * n] = sc[g][2 * n + 1] = s8[g];
-      for (int g = 0; g < 16; g += 2) {
-        pairs[g / 2][2 * n] = s8[g];
-        pairs[g / 2][2 * n + 1] = s8[g + 1];
-      }
+      const __m128i s8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + n * rb + b * kQ6KBlockBytes + kQ6KScalesAt));
+      sc0[n] = _mm256_cvtepi8_epi32(s8);
+      sc1[n] = _mm256_cvtepi8_epi32(_mm_srli_si128(s8, 8));
+      pairs[n] = _mm256_cvtepi8_epi16(s8);
     }
-    std::memcpy(out + 64 * kStepBytes, sc, sizeof sc);
-    std::memcpy(out + 64 * kStepBytes + sizeof sc, pairs, sizeof pairs);
+    store_scale_pairs(sc0, out + 64 * kStepBytes);
+    store_scale_pairs(sc1, out + 64 * kStepBytes + 8 * 32);
+    store_transposed(pairs, out + 64 * kStepBytes + 16 * 32, 8);
     _mm256_storeu_ps(scales + b * 16, f16x8(w + b * kQ6KBlockBytes + kQ6KDAt, rb));
   }
 }
@@ -729,13 +806,12 @@ void tile_q4k_in_place(const ActRows& a, int64_t i0, const uint8_t* w, int64_t r
   for (int64_t b = 0; b < nb; ++b) {
     prefetch_share(pf, b, 8 * kBytes);
     __m256i part[R][8];
-    alignas(32) uint8_t mins8[8][8];  // the 8 W rows' mins
+    __m128i mins8[8];  // the 8 W rows' mins in their low 8 bytes
     for (int n = 0; n < 8; ++n) {
       const uint8_t* blk = w + n * rb + b * kBytes;
-      alignas(16) uint8_t sm[16];
-      q4k_scales_mins(blk, sm);
-      std::memcpy(mins8[n], sm + 8, 8);
-      const __m512i sc = _mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(sm)));
+      const __m128i sm = q4k_scales_mins(blk);
+      mins8[n] = _mm_srli_si128(sm, 8);
+      const __m512i sc = _mm512_cvtepu8_epi32(sm);
       __m512i s[R];
       for (int r = 0; r < R; ++r) s[r] = _mm512_setzero_si512();
 #pragma GCC unroll 4
@@ -756,8 +832,10 @@ void tile_q4k_in_place(const ActRows& a, int64_t i0, const uint8_t* w, int64_t r
     // (n + 4's) 8 mins as int16; madd by the row's 8 sub-block sums of q_x leaves 4 dwords per
     // W row, added up by the unpacks and the shuffle (W row n in dword 0 of lane n, n + 4 in
     // dword 1) and gathered in order.
-    const __m512i mq0 = _mm512_cvtepu8_epi16(_mm256_load_si256(reinterpret_cast<const __m256i*>(mins8[0])));
-    const __m512i mq1 = _mm512_cvtepu8_epi16(_mm256_load_si256(reinterpret_cast<const __m256i*>(mins8[4])));
+    const auto rows4 = [&](int n) {  // the mins of W rows n..n + 3, 8 bytes each
+      return _mm256_set_m128i(_mm_unpacklo_epi64(mins8[n + 2], mins8[n + 3]), _mm_unpacklo_epi64(mins8[n], mins8[n + 1]));
+    };
+    const __m512i mq0 = _mm512_cvtepu8_epi16(rows4(0)), mq1 = _mm512_cvtepu8_epi16(rows4(4));
     const __m512i gather = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 0, 0, 0, 0, 0, 0, 0, 0);
     const __m256 d = f16x8(w + b * kBytes, rb), dmin = f16x8(w + b * kBytes + 2, rb);
     for (int r = 0; r < R; ++r) {
@@ -918,7 +996,7 @@ inline void with_rows(int64_t r, Fn&& fn) {
 // Rows [i0, i1) of x times the 8 W rows at w through the interleaved copy (Q4_0, Q4_K, Q5_K,
 // Q6_K; Q8_0 with VNNI only), with the VNNI tiles or without (v4's VNNI tiles on pairs of steps).
 template <DType T, bool Vnni>
-void outputs_steps(const ActRows& a, int64_t i0, int64_t i1, const uint8_t* w, int64_t nb, const float* bias,
+[[gnu::noinline]] void outputs_steps(const ActRows& a, int64_t i0, int64_t i1, const uint8_t* w, int64_t nb, const float* bias,
                    float* y, int64_t ldy, const uint8_t* pf) {
   constexpr bool k4 = T == DType::kQ4_K || T == DType::kQ5_K, k6 = T == DType::kQ6_K, q8 = T == DType::kQ8_0;
 #if defined(ASTRAI_ISA_V4)

@@ -93,25 +93,28 @@ constexpr int64_t row_bytes(int64_t k) {
   else return k * kElemBytes<T>;
 }
 
-// A Q4_K (or Q5_K: the same first 16 bytes) block's sub-block multipliers: d * sc[j] in dm[j] and dmin * m[j] in dm[8 + j] (j < 8),
-// from the block at b; exact products (an f16 times a 6-bit integer). The 6-bit fields are
+// The 6-bit sub-block scales and mins of a Q4_K (or Q5_K: the same first 16 bytes) block at b,
 // unpacked 4 at a time from the 12 scale bytes as 32-bit little-endian words (q4_k_scale_min
-// gives the same values one at a time), then widened and scaled 16 lanes at once.
-static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "q4k_multipliers reads little-endian words");
+// gives the same values one at a time).
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "q4k_six_bit reads little-endian words");
+struct Q4kSixBit {
+  uint32_t w[4];  // bytes sc[0..3], sc[4..7], m[0..3], m[4..7]
+};
+inline Q4kSixBit q4k_six_bit(const uint8_t* b) {
+  uint32_t w[3];
+  std::memcpy(w, b + kQ4KScalesAt, 12);
+  return Q4kSixBit{{w[0] & 0x3f3f3f3fu, (w[2] & 0x0f0f0f0fu) | ((w[0] >> 2) & 0x30303030u), w[1] & 0x3f3f3f3fu,
+                    ((w[2] >> 4) & 0x0f0f0f0fu) | ((w[1] >> 2) & 0x30303030u)}};
+}
+
+// The block's sub-block multipliers: d * sc[j] in dm[j] and dmin * m[j] in dm[8 + j] (j < 8);
+// exact products (an f16 times a 6-bit integer), widened and scaled 16 lanes at once.
 inline void q4k_multipliers(const uint8_t* b, float* dm) {
   uint16_t dh, mh;
   std::memcpy(&dh, b, 2);
   std::memcpy(&mh, b + 2, 2);
-  uint32_t w[3];
-  std::memcpy(w, b + kQ4KScalesAt, 12);
-  const uint32_t six[4] = {
-      w[0] & 0x3f3f3f3fu,                                         // sc[0..3]
-      (w[2] & 0x0f0f0f0fu) | ((w[0] >> 2) & 0x30303030u),         // sc[4..7]
-      w[1] & 0x3f3f3f3fu,                                         // m[0..3]
-      ((w[2] >> 4) & 0x0f0f0f0fu) | ((w[1] >> 2) & 0x30303030u),  // m[4..7]
-  };
   uint8_t bytes[16];
-  std::memcpy(bytes, six, 16);
+  std::memcpy(bytes, q4k_six_bit(b).w, 16);
   widen_u8_scaled(bytes, f16_scalar(dh), f16_scalar(mh), dm);
 }
 
