@@ -1,8 +1,10 @@
 // Attention kernel rate: causal prefill of one sequence through a paged K/V cache, as the
-// engine runs it (pages of 16, f32 or bf16 K/V), and batched decode over cached contexts, on
-// the 100M model's head shapes (12 query heads over 4 kv heads of 64 dims unless told
-// otherwise). Reports GFLOP/s (4 * key-query pairs * heads * dim) next to the BLAS SGEMM rate
-// measured in the same run, for the level in use (ASTRAI_CPU_ISA chooses it).
+// engine runs it (pages of 16 in huge pages, shuffled; f32 or bf16 K/V), and batched decode over
+// cached contexts, on the 100M model's head shapes (12 query heads over 4 kv heads of 64 dims
+// unless told otherwise). Reports GFLOP/s (4 * key-query pairs * heads * dim) next to the BLAS
+// SGEMM rate measured in the same run, and for decode the K/V bytes read per second next to the
+// machine's rate for reads in shuffled pieces of a page, for the level in use (ASTRAI_CPU_ISA
+// chooses it).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -174,6 +176,14 @@ int main(int argc, char** argv) {
   for (int64_t t : tokens) {
     if (t > 0) prefill(s, t, t_min, blas);
   }
-  if (batch > 0) decode(s, batch, ctx, t_min, blas);
+  if (batch > 0) {
+    // Decode reads each (sequence, kv head)'s K and V pages from scattered places: the machine's
+    // rate for that pattern, next to the kernel's.
+    const size_t page = static_cast<size_t>(kPage * s.dim) * (s.bf16 ? 2 : 4);
+    std::printf("scattered reads (sum over 512 MB in shuffled pieces): %zu B %.1f GB/s, %zu B %.1f GB/s, 1 MiB %.1f GB/s\n",
+                page, astrai::bench::scattered_read_gbs(page), 4 * page, astrai::bench::scattered_read_gbs(4 * page),
+                astrai::bench::scattered_read_gbs(size_t{1} << 20));
+    decode(s, batch, ctx, t_min, blas);
+  }
   return 0;
 }

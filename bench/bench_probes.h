@@ -144,6 +144,38 @@ inline CopyBandwidth copy_bandwidth(size_t bytes = size_t{1} << 30) {
   return {2 * half / copy_s / 1e9, half / read_s / 1e9};
 }
 
+// GB/s of a vector sum over `bytes` (huge pages) read in pieces of `piece` bytes taken in a
+// shuffled order, split evenly over the current OpenMP threads: the access pattern of decode
+// attention over a paged KV cache (a page of one kv head is a piece), without its arithmetic.
+inline double scattered_read_gbs(size_t piece, size_t bytes = size_t{512} << 20) {
+  const size_t pieces = bytes / piece, floats = piece / sizeof(float);
+  HugeBuffer buf(pieces * floats);
+  for (size_t i = 0; i < buf.size(); ++i) buf.data()[i] = static_cast<float>(i & 1023);
+  std::vector<size_t> order(pieces);
+  for (size_t i = 0; i < pieces; ++i) order[i] = i;
+  std::shuffle(order.begin(), order.end(), std::mt19937(1));
+  volatile float sink = 0;
+  const double s = best_seconds(
+      [&] {
+        float total = 0;
+#pragma omp parallel reduction(+ : total)
+        {
+          float lanes[64] = {};  // independent lanes across pieces: vectorised, no chain per piece
+#pragma omp for schedule(static)
+          for (size_t i = 0; i < pieces; ++i) {
+            const float* p = buf.data() + order[i] * floats;
+            for (size_t e = 0; e + 64 <= floats; e += 64)
+              for (int l = 0; l < 64; ++l) lanes[l] += p[e + l];
+          }
+          for (float v : lanes) total += v;
+        }
+        sink = total;
+      },
+      0.5, 3);
+  (void)sink;
+  return static_cast<double>(pieces * piece) / s / 1e9;
+}
+
 // The first three fields of /proc/loadavg: the machine is shared, so every table says how
 // busy it was while measured.
 // For a bad command line: says what was not understood, prints the usage, returns exit code 2.
