@@ -169,7 +169,7 @@ int main(int argc, char** argv) {
     set_num_threads(threads);
     for (DType dt : {DType::kF32, DType::kBF16, DType::kF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ5_K,
                      DType::kQ6_K}) {
-      for (int64_t m : {1, 3, 4, 8}) {
+      for (int64_t m : {1, 2, 3, 4, 8}) {
         const int64_t n = gemv_n, k = gemv_k;
         if (is_block_type(dt) && k % block_elems(dt) != 0) continue;
         const double s = linear_seconds(m, n, k, dt, t_min);
