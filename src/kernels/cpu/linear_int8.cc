@@ -349,6 +349,25 @@ inline void k_quants_two(const uint8_t* blk, int64_t rb, int c, __m512i* lo, __m
     *hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(v, 4), low4), _mm512_slli_epi16(b1, 4));
   }
 }
+
+// k_quants of one W row as one zmm, lo (sub-block 2c) in the low 256 bits and hi (2c + 1) in the
+// high ones: its 32 quant bytes broadcast to both halves and shifted per half, no shuffle.
+template <DType T>
+inline __m512i k_quants_both(const uint8_t* blk, int c) {
+  const __m512i low4 = _mm512_set1_epi8(15);
+  const __m512i nibble = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);  // 0 | 4
+  if constexpr (T == DType::kQ4_K) {
+    return _mm512_and_si512(_mm512_srlv_epi16(_mm512_broadcast_i64x4(load256(blk + kQ4KQuantsAt + 32 * c)), nibble),
+                            low4);
+  } else {
+    const __m512i v = _mm512_broadcast_i64x4(load256(blk + kQ5KQuantsAt + 32 * c));
+    const __m512i qh = _mm512_broadcast_i64x4(load256(blk + kQ5KHighAt));
+    const __m512i bit = _mm512_inserti64x4(_mm512_set1_epi16(static_cast<int16_t>(2 * c)),
+                                           _mm256_set1_epi16(static_cast<int16_t>(2 * c + 1)), 1);
+    const __m512i fifth = _mm512_and_si512(_mm512_srlv_epi16(qh, bit), _mm512_set1_epi8(1));
+    return _mm512_or_si512(_mm512_and_si512(_mm512_srlv_epi16(v, nibble), low4), _mm512_slli_epi16(fifth, 4));
+  }
+}
 #endif
 
 // Q4_0: the 8 W rows at w (row stride rb, nb blocks) as nibble steps (kBlockSteps per block, in
@@ -816,9 +835,7 @@ void tile_q4k_in_place(const ActRows& a, int64_t i0, const uint8_t* w, int64_t r
       for (int r = 0; r < R; ++r) s[r] = _mm512_setzero_si512();
 #pragma GCC unroll 4
       for (int c = 0; c < 4; ++c) {
-        __m256i lo, hi;
-        k_quants<T>(blk, c, &lo, &hi);
-        const __m512i q = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+        const __m512i q = k_quants_both<T>(blk, c);
         const __m512i scv = _mm512_permutexvar_epi32(pick[c], sc);
         for (int r = 0; r < R; ++r) {
           const __m512i x = _mm512_loadu_si512(a.q + (i0 + r) * a.k + b * kQKBlock + 64 * c);
