@@ -168,12 +168,18 @@ inline __m256 f16x8(const uint8_t* p, int64_t stride) {
   return _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(h)));
 }
 
-// The 6-bit scales and mins of a Q4_K or Q5_K block (q4k_six_bit): bytes 0-7 sc[0..7], 8-15
-// m[0..7], in a register.
+// The 6-bit scales and mins of a Q4_K or Q5_K block: bytes 0-7 sc[0..7], 8-15 m[0..7], the words
+// of q4k_six_bit formed in a register from one 16-byte load (the 12 scale bytes and 4 of the
+// quants, unused). Built from the scalar words instead (four inserts), the in-place decode tile
+// ran 20-25% slower.
 inline __m128i q4k_scales_mins(const uint8_t* b) {
-  const Q4kSixBit s = q4k_six_bit(b);
-  return _mm_setr_epi32(static_cast<int>(s.w[0]), static_cast<int>(s.w[1]), static_cast<int>(s.w[2]),
-                        static_cast<int>(s.w[3]));
+  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + kQ4KScalesAt));  // w0 w1 w2 (+ 4 quant bytes)
+  const __m128i a = _mm_shuffle_epi32(v, _MM_SHUFFLE(2, 1, 2, 0));                     // w0 w2 w1 w2
+  const __m128i hi = _mm_and_si128(_mm_srli_epi32(_mm_shuffle_epi32(v, _MM_SHUFFLE(1, 1, 0, 0)), 2),
+                                   _mm_setr_epi32(0, 0x30303030, 0, 0x30303030));    // w0 w0 w1 w1 >> 2
+  return _mm_or_si128(_mm_and_si128(_mm_srlv_epi32(a, _mm_setr_epi32(0, 0, 0, 4)),
+                                    _mm_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f)),
+                      hi);
 }
 
 inline void store_outputs(__m256 acc, const float* bias, float* y) {
