@@ -96,10 +96,10 @@ TEST_F(CudaOps, LinearF32AndBias) {
   }
 }
 
-// 16-bit weights: 1 and 2 rows through gemv (f32 activations, as the CPU: 1e-4), 3 and 9
-// through cuBLAS (activations rounded to the weights' type: 1e-2).
-// Few rows through the backend's gemv, more through cuBLAS (with ASTRAI_CUDA_LT=1 cuBLASLt, the
-// bias in its epilogue: scripts/gpu-check.sh runs this test both ways).
+// 16-bit weights, with and without a bias: 1 and 2 rows through the backend's gemv (f32
+// activations, as the CPU: 1e-4), 3, 9 and 40 through cuBLAS (activations rounded to the weights'
+// type: 1e-2; with ASTRAI_CUDA_LT=1 cuBLASLt, the bias in its epilogue: scripts/gpu-check.sh
+// runs this test both ways).
 TEST_F(CudaOps, Linear16BitWeights) {
   for (int64_t m : {1, 2, 3, 9, 40})
   for (DType dt : {DType::kBF16, DType::kF16})

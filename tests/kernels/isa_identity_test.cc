@@ -241,6 +241,7 @@ TEST_P(IsaIdentity, LinearGroupEqualsItsLinears) {
     }
   }
 }
+
 TEST_P(IsaIdentity, LinearQ5_KEveryPath) { expect_k_quant_paths(DType::kQ5_K); }
 TEST_P(IsaIdentity, LinearQ6_KEveryPath) { expect_k_quant_paths(DType::kQ6_K); }
 

@@ -336,43 +336,40 @@ inline void store_step_pairs(const __m512i* rows2, uint8_t* out) {
 inline __m512i load_two(const uint8_t* p, int64_t stride) {
   return _mm512_inserti64x4(_mm512_castsi256_si512(load256(p)), load256(p + stride), 1);
 }
+// 16-bit lanes: 0 in the low 256 bits, s in the high ones.
+inline __m512i high_half(int16_t s) { return _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(s), 1); }
+
+// k_quants' bytes in zmm: the nibble of quant bytes v at each 16-bit lane's shift in nib (0: low,
+// 4: high), Q5_K's fifth bit from qh at its lane's shift in bit above it (qh unused for Q4_K).
+template <DType T>
+inline __m512i k_nibbles(__m512i v, __m512i qh, __m512i nib, __m512i bit) {
+  const __m512i q = _mm512_and_si512(_mm512_srlv_epi16(v, nib), _mm512_set1_epi8(15));
+  if constexpr (T == DType::kQ4_K) return q;
+  const __m512i fifth = _mm512_and_si512(_mm512_srlv_epi16(qh, bit), _mm512_set1_epi8(1));
+  return _mm512_or_si512(q, _mm512_slli_epi16(fifth, 4));
+}
 
 // k_quants of two W rows at once (blk and blk + rb): lo / hi of row 0 in the low 256 bits, row 1
 // in the high ones.
 template <DType T>
 inline void k_quants_two(const uint8_t* blk, int64_t rb, int c, __m512i* lo, __m512i* hi) {
-  const __m512i low4 = _mm512_set1_epi8(15);
-  if constexpr (T == DType::kQ4_K) {
-    const __m512i v = load_two(blk + kQ4KQuantsAt + 32 * c, rb);
-    *lo = _mm512_and_si512(v, low4);
-    *hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
-  } else {
-    const __m512i v = load_two(blk + kQ5KQuantsAt + 32 * c, rb), qh = load_two(blk + kQ5KHighAt, rb);
-    const __m512i one = _mm512_set1_epi8(1);
-    const __m512i b0 = _mm512_and_si512(_mm512_srl_epi16(qh, _mm_cvtsi32_si128(2 * c)), one);
-    const __m512i b1 = _mm512_and_si512(_mm512_srl_epi16(qh, _mm_cvtsi32_si128(2 * c + 1)), one);
-    *lo = _mm512_or_si512(_mm512_and_si512(v, low4), _mm512_slli_epi16(b0, 4));
-    *hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(v, 4), low4), _mm512_slli_epi16(b1, 4));
-  }
+  constexpr int64_t at = T == DType::kQ4_K ? kQ4KQuantsAt : kQ5KQuantsAt;
+  const __m512i v = load_two(blk + at + 32 * c, rb);
+  const __m512i qh = T == DType::kQ4_K ? _mm512_setzero_si512() : load_two(blk + kQ5KHighAt, rb);
+  const __m512i bit = _mm512_set1_epi16(static_cast<int16_t>(2 * c));
+  *lo = k_nibbles<T>(v, qh, _mm512_setzero_si512(), bit);
+  *hi = k_nibbles<T>(v, qh, _mm512_set1_epi16(4), _mm512_add_epi16(bit, _mm512_set1_epi16(1)));
 }
 
 // k_quants of one W row as one zmm, lo (sub-block 2c) in the low 256 bits and hi (2c + 1) in the
 // high ones: its 32 quant bytes broadcast to both halves and shifted per half, no shuffle.
 template <DType T>
 inline __m512i k_quants_both(const uint8_t* blk, int c) {
-  const __m512i low4 = _mm512_set1_epi8(15);
-  const __m512i nibble = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);  // 0 | 4
-  if constexpr (T == DType::kQ4_K) {
-    return _mm512_and_si512(_mm512_srlv_epi16(_mm512_broadcast_i64x4(load256(blk + kQ4KQuantsAt + 32 * c)), nibble),
-                            low4);
-  } else {
-    const __m512i v = _mm512_broadcast_i64x4(load256(blk + kQ5KQuantsAt + 32 * c));
-    const __m512i qh = _mm512_broadcast_i64x4(load256(blk + kQ5KHighAt));
-    const __m512i bit = _mm512_inserti64x4(_mm512_set1_epi16(static_cast<int16_t>(2 * c)),
-                                           _mm256_set1_epi16(static_cast<int16_t>(2 * c + 1)), 1);
-    const __m512i fifth = _mm512_and_si512(_mm512_srlv_epi16(qh, bit), _mm512_set1_epi8(1));
-    return _mm512_or_si512(_mm512_and_si512(_mm512_srlv_epi16(v, nibble), low4), _mm512_slli_epi16(fifth, 4));
-  }
+  constexpr int64_t at = T == DType::kQ4_K ? kQ4KQuantsAt : kQ5KQuantsAt;
+  const __m512i v = _mm512_broadcast_i64x4(load256(blk + at + 32 * c));
+  const __m512i qh = T == DType::kQ4_K ? _mm512_setzero_si512() : _mm512_broadcast_i64x4(load256(blk + kQ5KHighAt));
+  const __m512i bit = _mm512_add_epi16(_mm512_set1_epi16(static_cast<int16_t>(2 * c)), high_half(1));
+  return k_nibbles<T>(v, qh, high_half(4), bit);
 }
 #endif
 
@@ -1180,15 +1177,14 @@ void outputs_of(DType t, const ActRows& a, int64_t i0, int64_t i1, const uint8_t
 // group is prefetched into L2 during the one before, also across a matrix boundary when the two
 // matrices have the same type.
 void run_group(const float* x, int64_t m, const LinearOut* outs, int64_t n) {
-  const int64_t k = outs[0].w.cols, block = int8_activation_block(outs[0].w.dtype);
+  const int64_t k = outs[0].w.cols, block = block_elems(outs[0].w.dtype);
   bool any_q8_0 = false;
   std::array<int64_t, kMaxGroup + 1> first{};  // first[o]: the group index of out o's first group
   for (int64_t o = 0; o < n; ++o) {
     const WeightView& w = outs[o].w;
-    ASTRAI_CHECK(w.dtype == DType::kQ8_0 || w.dtype == DType::kQ4_0 || is_k_quant(w.dtype),
-                 "linear_int8: not a quantized weight type: ", dtype_name(w.dtype));
-    ASTRAI_CHECK(w.cols == k && int8_activation_block(w.dtype) == block,
-                 "linear_int8_group: every matrix needs the same cols and activation blocks");
+    ASTRAI_CHECK(is_block_type(w.dtype), "linear_int8: not a quantized weight type: ", dtype_name(w.dtype));
+    ASTRAI_CHECK(w.cols == k && block_elems(w.dtype) == block,
+                 "linear_int8_group: every matrix needs the same cols and block size");
     any_q8_0 = any_q8_0 || w.dtype == DType::kQ8_0;
     first[static_cast<size_t>(o + 1)] = first[static_cast<size_t>(o)] + (w.rows + kOutGroup - 1) / kOutGroup;
   }
@@ -1243,8 +1239,6 @@ void run_group(const float* x, int64_t m, const LinearOut* outs, int64_t n) {
 }
 
 }  // namespace
-
-int64_t int8_activation_block(DType t) { return is_k_quant(t) ? kQKBlock : kQBlock; }
 
 void linear_int8(const float* x, int64_t m, const WeightView& w, const float* bias, float* y) {
   const LinearOut out{w, bias, y};

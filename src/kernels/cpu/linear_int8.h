@@ -30,9 +30,8 @@ ASTRAI_KERNELS_BEGIN
 void linear_int8(const float* x, int64_t m, const WeightView& w, const float* bias, float* y);
 
 // The products of several quantized matrices of x in one parallel job (x quantized once):
-// every out's weights quantized, the same cols, and one activation block size for all
-// (int8_activation_block: 32 for Q8_0 and Q4_0, 256 for the k-quants).
+// every out's weights quantized, the same cols, and one block size for all (x is quantized in
+// blocks of its weights' block_elems: 32 for Q8_0 and Q4_0, 256 for the k-quants).
 void linear_int8_group(const float* x, int64_t m, const LinearOut* outs, int64_t n);
-int64_t int8_activation_block(DType t);
 
 ASTRAI_KERNELS_END

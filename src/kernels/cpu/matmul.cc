@@ -335,9 +335,8 @@ namespace {
 // Whether linear() would give out the 8-bit activation product, with x quantized as for first.
 bool joins_int8_group(const LinearOut& out, const LinearOut& first) {
   const DType t = out.w.dtype;
-  const bool quantized = t == DType::kQ8_0 || t == DType::kQ4_0 || is_k_quant(t);
-  return quantized && out.w.cols == first.w.cols && out.w.cols % block_elems(t) == 0 &&
-         int8_activation_block(t) == int8_activation_block(first.w.dtype);
+  return is_block_type(t) && out.w.cols == first.w.cols && out.w.cols % block_elems(t) == 0 &&
+         block_elems(t) == block_elems(first.w.dtype);
 }
 }  // namespace
 

@@ -34,7 +34,7 @@ struct LinearOut {
 };
 
 // Several products of the same x (q, k and v; gate and up), each y equal, bit for bit, to
-// linear()'s. Quantized weights times 8-bit activations (whose activation blocks agree) run as
+// linear()'s. Quantized weights times 8-bit activations (whose block sizes agree) run as
 // one job: x quantized once, the outputs of every matrix split over the threads together, the
 // next matrix's first rows prefetched while a thread ends the last; the rest one by one.
 void linear_group(const float* x, int64_t m, const LinearOut* outs, int64_t n);
