@@ -209,7 +209,6 @@ def main():
             d, path = test_model(name, converter, tmp, seqs_for)
             test_vocab(name, d, path, tmp)
             for f in os.listdir(tmp):  # the checkpoint, its files and references
-
                 if f.startswith(name):
                     p = os.path.join(tmp, f)
                     shutil.rmtree(p, ignore_errors=True) if os.path.isdir(p) else os.remove(p)
