@@ -807,6 +807,8 @@ void tile_q6_k_steps(const ActRows& a, int64_t i0, const uint8_t* steps, const f
 #if defined(ASTRAI_ISA_V4)
 // The two 256-bit halves of v added dword by dword.
 inline __m256i add_halves(__m512i v) { return _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1)); }
+// The high 8 floats of v.
+inline __m256 high_ps(__m512 v) { return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)); }
 
 // Few rows (decode), W read in place, Q4_K / Q5_K: R rows from i0 times the 8 W rows at w, as
 // tile_q4k without its int16 stage. One zmm holds the 64 quants of sub-blocks 2c and 2c + 1
@@ -929,13 +931,91 @@ void tile_q6k_in_place(const ActRows& a, int64_t i0, const uint8_t* w, int64_t r
   for (int r = 0; r < R; ++r) store_outputs(acc[r], bias, y + (i0 + r) * ldy);
 }
 
-// Few rows (decode), W read in place, Q4_0: R rows from i0 times the 8 W rows at w, two blocks
-// per zmm. The 32 quant bytes of blocks b and b + 1 become [low nibbles b | b + 1 | high
-// nibbles b | b + 1] (16 each), against the activations of the two blocks with their middle
-// 16-byte lanes swapped; vpdpbusd's dwords then hold four products each, the two 256-bit
-// halves are added (lanes 0-3: block b, 4-7: b + 1), and one horizontal-add tree gives the 8
-// outputs' sums of each block. Exact integers, the sums of tile_q32; an odd last block goes
-// through the same tree with b + 1's half empty.
+// Per 128-bit lane: u0 + u2, v0 + v2, u1 + u3, v1 + v3 (the dwords of W rows n and n + 1).
+inline __m512i add_row_pairs(__m512i u, __m512i v) {
+  return _mm512_add_epi32(_mm512_unpacklo_epi32(u, v), _mm512_unpackhi_epi32(u, v));
+}
+// Per 128-bit lane, from add_row_pairs of rows n, n + 1 (t) and n + 2, n + 3 (v): each row's 4
+// dwords added, rows n..n + 3 in order.
+inline __m512i add_row_quads(__m512i t, __m512i v) {
+  return _mm512_add_epi32(_mm512_unpacklo_epi64(t, v), _mm512_unpackhi_epi64(t, v));
+}
+// Blocks j and j + 1 (the 256-bit halves of dwdx = d_w * d_x and s) ended as add_block ends them.
+inline __m256 add_two_blocks(__m256 acc, __m512 dwdx, __m512i s) {
+  const __m512 f = _mm512_cvtepi32_ps(s);
+  acc = _mm256_fmadd_ps(_mm512_castps512_ps256(dwdx), _mm512_castps512_ps256(f), acc);
+  return _mm256_fmadd_ps(high_ps(dwdx), high_ps(f), acc);
+}
+
+// Few rows (decode), W read in place, Q4_0, four blocks b..b + 3 of the 8 W rows at once. Per W
+// row, two loads (at the first block and 8 bytes on) hold the 72 bytes; one vpermt2w puts the
+// four blocks' 16 quant bytes in the four 128-bit lanes, and one masked vpermw moves the row's
+// four f16 scales into sc, block-major (word 8 j + n: block b + j, W row n). The low nibbles
+// (elements 0-15 of each block) and the high ones (16-31) meet the activations rearranged the
+// same way, both in one vpdpbusd chain: 4 dwords per block per W row, then added across by
+// unpacks (rows 0-3 and 4-7 each in one zmm, block j in lane j) and put in block order, two
+// blocks per zmm. Each block then ends as add_block ends it: the same sums, the same fused
+// multiply-adds in the same order.
+template <int R>
+inline void q4_0_four_blocks(const ActRows& a, int64_t i0, const uint8_t* w, int64_t rb, int64_t b, __m256* acc) {
+  alignas(64) static constexpr int16_t kQuantWords[32] = {1,  2,  3,  4,  5,  6,  7,  8,  10, 11, 12,
+                                                          13, 14, 15, 16, 17, 19, 20, 21, 22, 23, 24,
+                                                          25, 26, 56, 57, 58, 59, 60, 61, 62, 63};
+  alignas(64) static constexpr int16_t kScaleWords[32] = {0,  0,  0,  0,  0,  0,  0,  0,  9,  9,  9,
+                                                          9,  9,  9,  9,  9,  18, 18, 18, 18, 18, 18,
+                                                          18, 18, 27, 27, 27, 27, 27, 27, 27, 27};
+  const __m512i qidx = _mm512_load_si512(kQuantWords), sidx = _mm512_load_si512(kScaleWords);
+  const __m512i low4 = _mm512_set1_epi8(15);
+  const int64_t nbx = a.k / kQBlock;
+  __m512i xlo[R], xhi[R];
+  for (int r = 0; r < R; ++r) {
+    const int8_t* xr = a.q + (i0 + r) * a.k + b * kQBlock;
+    const __m512i x01 = _mm512_loadu_si512(xr), x23 = _mm512_loadu_si512(xr + 64);
+    xlo[r] = _mm512_shuffle_i64x2(x01, x23, _MM_SHUFFLE(2, 0, 2, 0));
+    xhi[r] = _mm512_shuffle_i64x2(x01, x23, _MM_SHUFFLE(3, 1, 3, 1));
+  }
+  __m512i sc = _mm512_setzero_si512();
+  __m512i half[R][2], t[R][2];
+  for (int n = 0; n < 8; n += 2) {
+    __m512i s[R][2];
+    for (int m = 0; m < 2; ++m) {
+      const uint8_t* blk = w + (n + m) * rb + b * kQ4BlockBytes;
+      const __m512i z0 = _mm512_loadu_si512(blk), z8 = _mm512_loadu_si512(blk + 8);
+      const __m512i q = _mm512_permutex2var_epi16(z0, qidx, z8);
+      sc = _mm512_mask_permutexvar_epi16(sc, 0x01010101u << (n + m), sidx, z0);
+      const __m512i lo = _mm512_and_si512(q, low4), hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), low4);
+      for (int r = 0; r < R; ++r)
+        s[r][m] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, xlo[r]), hi, xhi[r]);
+    }
+    for (int r = 0; r < R; ++r) t[r][(n / 2) & 1] = add_row_pairs(s[r][0], s[r][1]);
+    if (n == 2 || n == 6)
+      for (int r = 0; r < R; ++r) half[r][n / 4] = add_row_quads(t[r][0], t[r][1]);
+  }
+  const __m512i blocks01 = _mm512_setr_epi64(0, 1, 8, 9, 2, 3, 10, 11), blocks23 = _mm512_setr_epi64(4, 5, 12, 13, 6, 7, 14, 15);
+  const __m512i spread01 = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+  const __m512i spread23 = _mm512_setr_epi32(2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+  const __m512 dw01 = _mm512_cvtph_ps(_mm512_castsi512_si256(sc)), dw23 = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(sc, 1));
+  for (int r = 0; r < R; ++r) {
+    const int64_t at = (i0 + r) * nbx + b;
+    const __m512i off = _mm512_castsi128_si512(
+        _mm_slli_epi32(_mm_cvtepi16_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(a.s32 + at))), 3));
+    const __m512 dx = _mm512_castps128_ps512(_mm_loadu_ps(a.d + at));
+    const __m512i s01 = _mm512_permutex2var_epi64(half[r][0], blocks01, half[r][1]);
+    const __m512i s23 = _mm512_permutex2var_epi64(half[r][0], blocks23, half[r][1]);
+    acc[r] = add_two_blocks(acc[r], _mm512_mul_ps(dw01, _mm512_permutexvar_ps(spread01, dx)),
+                    _mm512_sub_epi32(s01, _mm512_permutexvar_epi32(spread01, off)));
+    acc[r] = add_two_blocks(acc[r], _mm512_mul_ps(dw23, _mm512_permutexvar_ps(spread23, dx)),
+                    _mm512_sub_epi32(s23, _mm512_permutexvar_epi32(spread23, off)));
+  }
+}
+
+// Few rows (decode), W read in place, Q4_0: R rows from i0 times the 8 W rows at w, four blocks
+// at a time (q4_0_four_blocks), the rest two blocks per zmm. There the 32 quant bytes of blocks b
+// and b + 1 become [low nibbles b | b + 1 | high nibbles b | b + 1] (16 each), against the
+// activations of the two blocks with their middle 16-byte lanes swapped; vpdpbusd's dwords then
+// hold four products each, the two 256-bit halves are added (lanes 0-3: block b, 4-7: b + 1),
+// and one horizontal-add tree gives the 8 outputs' sums of each block. Exact integers, the sums
+// of tile_q32; an odd last block goes through the same tree with b + 1's half empty.
 template <int R>
 void tile_q4_0_in_place(const ActRows& a, int64_t i0, const uint8_t* w, int64_t rb, int64_t nb, const float* bias,
                         float* y, int64_t ldy, const uint8_t* pf) {
@@ -943,7 +1023,12 @@ void tile_q4_0_in_place(const ActRows& a, int64_t i0, const uint8_t* w, int64_t 
   const __m512i low4 = _mm512_set1_epi8(15);
   __m256 acc[R];
   for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
-  for (int64_t b = 0; b < nb; b += 2) {
+  int64_t b = 0;
+  for (; b + 4 <= nb; b += 4) {
+    for (int64_t j = 0; j < 4; ++j) prefetch_share(pf, b + j, 8 * kQ4BlockBytes);
+    q4_0_four_blocks<R>(a, i0, w, rb, b, acc);
+  }
+  for (; b < nb; b += 2) {
     const bool pair = b + 1 < nb;
     prefetch_share(pf, b, 8 * kQ4BlockBytes);
     if (pair) prefetch_share(pf, b + 1, 8 * kQ4BlockBytes);
