@@ -139,6 +139,14 @@ constexpr int64_t kQ8StepsFrom = 3;
 #else
 constexpr int64_t kQ8StepsFrom = kTileRows;
 #endif
+// v4's VNNI steps (Pairs) hold Q4_0 as Q8_0's: signed values q - 8 and 128 * their sum per
+// output, against the activations as unsigned bytes, so that the block's offset is the same for
+// every row of x (8 * sum q_x per row took 15% of a 32-row product).
+#if defined(ASTRAI_ISA_V4)
+constexpr bool kSignedQ4Steps = true;
+#else
+constexpr bool kSignedQ4Steps = false;
+#endif
 
 #if defined(ASTRAI_ISA_V3) || defined(ASTRAI_ISA_V4)
 
@@ -373,8 +381,13 @@ inline __m512i k_quants_both(const uint8_t* blk, int c) {
 }
 #endif
 
+// Q8_0 (VNNI only, see below): the 8 W rows at w as steps of signed bytes, each block's 8 steps
+// followed by 128 * sum q_w of each output (int32); scales as interleave_q4_0's.
+constexpr int64_t kQ8StepBlock = kBlockSteps * kStepBytes + 32;
+
 // Q4_0: the 8 W rows at w (row stride rb, nb blocks) as nibble steps (kBlockSteps per block, in
-// `steps`) and their scales as f32 ([block][output], in `scales`).
+// `steps`; with Pairs on v4 as signed values, kQ8StepBlock per block) and their scales as f32
+// ([block][output], in `scales`).
 template <bool Pairs>
 void interleave_q4_0(const uint8_t* w, int64_t rb, int64_t nb, uint8_t* steps, float* scales) {
   const __m256i low4 = _mm256_set1_epi8(15);
@@ -383,22 +396,31 @@ void interleave_q4_0(const uint8_t* w, int64_t rb, int64_t nb, uint8_t* steps, f
 #if defined(ASTRAI_ISA_V4)
     if constexpr (Pairs) {  // 4 rows' 16 nibble bytes per zmm; a row's qwords 0, 1 are its low nibbles, 2, 3 its high
       const __m512i low4z = _mm512_set1_epi8(15);
-      __m512i lo[2], hi[2];
+      // As signed values q - 8 (kSignedQ4Steps), then 128 * sum (q - 8) per output.
+      const __m512i eight = _mm512_set1_epi8(8);
+      __m512i lo[2], hi[2], sums[2];
       for (int h = 0; h < 2; ++h) {
         const uint8_t* blk = w + 4 * h * rb + b * kQ4BlockBytes + 2;
         __m512i v = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk)));
         v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + rb)), 1);
         v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2 * rb)), 2);
         v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 3 * rb)), 3);
-        lo[h] = _mm512_and_si512(v, low4z);
-        hi[h] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4z);
+        const __m512i l = _mm512_and_si512(v, low4z), u = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4z);
+        sums[h] = _mm512_sad_epu8(_mm512_add_epi8(l, u), _mm512_setzero_si512());  // row 4h + n: qwords 2n, 2n + 1
+        lo[h] = _mm512_sub_epi8(l, eight);
+        hi[h] = _mm512_sub_epi8(u, eight);
       }
       const __m512i even = _mm512_setr_epi64(0, 2, 4, 6, 8, 10, 12, 14), odd = _mm512_setr_epi64(1, 3, 5, 7, 9, 11, 13, 15);
-      uint8_t* out = steps + b * kBlockSteps * kStepBytes;
+      uint8_t* out = steps + b * kQ8StepBlock;
       _mm512_storeu_si512(out, _mm512_permutex2var_epi64(lo[0], even, lo[1]));
       _mm512_storeu_si512(out + 64, _mm512_permutex2var_epi64(lo[0], odd, lo[1]));
       _mm512_storeu_si512(out + 128, _mm512_permutex2var_epi64(hi[0], even, hi[1]));
       _mm512_storeu_si512(out + 192, _mm512_permutex2var_epi64(hi[0], odd, hi[1]));
+      const __m512i per_row = _mm512_add_epi64(_mm512_permutex2var_epi64(sums[0], even, sums[1]),
+                                               _mm512_permutex2var_epi64(sums[0], odd, sums[1]));  // qword n: row n
+      const __m256i q_sum = _mm512_cvtepi64_epi32(per_row);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + kBlockSteps * kStepBytes),
+                          _mm256_slli_epi32(_mm256_sub_epi32(q_sum, _mm256_set1_epi32(8 * kQBlock)), 7));
       continue;
     }
 #endif
@@ -621,10 +643,6 @@ void tile_q6_k_steps(const ActRows& a, int64_t i0, const uint8_t* steps, const f
   for (int r = 0; r < R; ++r) store_outputs(acc[r], bias, y + (i0 + r) * ldy);
 }
 
-// Q8_0 (VNNI only, see below): the 8 W rows at w as steps of signed bytes, each block's 8 steps
-// followed by 128 * sum q_w of each output (int32); scales as interleave_q4_0's.
-constexpr int64_t kQ8StepBlock = kBlockSteps * kStepBytes + 32;
-
 template <bool Pairs>
 void interleave_q8_0(const uint8_t* w, int64_t rb, int64_t nb, uint8_t* steps, float* scales) {
   const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
@@ -711,14 +729,33 @@ inline IVec op_scales(const uint8_t* p) { return _mm256_srai_epi32(load256(p), 1
 constexpr int64_t kOpBytes = kOpSteps * kStepBytes;  // weight bytes per op
 constexpr int64_t kOpX = 4 * kOpSteps;               // activation bytes per op
 
+#if defined(ASTRAI_ISA_V4)
+// The 8 outputs' sums of rows r (u) and r + 1 (v) in one zmm, output n in dwords 2n (row r) and
+// 2n + 1 (row r + 1).
+inline __m512i pair_sums(__m512i u, __m512i v) {
+  return _mm512_mask_blend_epi32(0xaaaa, _mm512_add_epi32(u, _mm512_srli_epi64(u, 32)),
+                                 _mm512_add_epi32(v, _mm512_slli_epi64(v, 32)));
+}
+// The even (row r) and odd (row r + 1) floats of a pair_sums layout.
+inline __m256 even_ps(__m512 v) { return _mm256_castsi256_ps(_mm512_cvtepi64_epi32(_mm512_castps_si512(v))); }
+inline __m256 odd_ps(__m512 v) {
+  return _mm256_castsi256_ps(_mm512_cvtepi64_epi32(_mm512_srli_epi64(_mm512_castps_si512(v), 32)));
+}
+#endif
+
 // Q8_0 or Q4_0 steps (interleave_q8_0, interleave_q4_0): R rows from i0 times the group.
 template <DType T, int R>
 void tile_q32_steps(const ActRows& a, int64_t i0, const uint8_t* steps, const float* scales, int64_t nb,
                     const float* bias, float* y, int64_t ldy) {
-  constexpr int64_t kBlockBytes = T == DType::kQ8_0 ? kQ8StepBlock : kBlockSteps * kStepBytes;
+  constexpr bool kSigned = T == DType::kQ8_0 || kSignedQ4Steps;  // signed steps, 128 * sum q_w after
+  constexpr int64_t kBlockBytes = kSigned ? kQ8StepBlock : kBlockSteps * kStepBytes;
   const int64_t nbx = a.k / kQBlock;
   __m256 acc[R];
   for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+#if defined(ASTRAI_ISA_V4)
+  __m512 acc2[(R + 1) / 2];
+  for (int p = 0; p < (R + 1) / 2; ++p) acc2[p] = _mm512_setzero_ps();
+#endif
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* blk = steps + b * kBlockBytes;
     IVec s[R];
@@ -728,17 +765,37 @@ void tile_q32_steps(const ActRows& a, int64_t i0, const uint8_t* steps, const fl
       const IVec wv = load_op(blk + o * kOpBytes);
       for (int r = 0; r < R; ++r) {
         const int64_t at = (i0 + r) * a.k + b * kQBlock + kOpX * o;
-        if constexpr (T == DType::kQ8_0) s[r] = dpbusd(s[r], x_op(a.qu + at), wv);
+        if constexpr (kSigned) s[r] = dpbusd(s[r], x_op(a.qu + at), wv);
         else s[r] = dpbusd(s[r], wv, x_op(a.q + at));
       }
     }
     const __m256 dw = _mm256_loadu_ps(scales + b * 8);
-    for (int r = 0; r < R; ++r) {
-      const __m256i c = T == DType::kQ8_0 ? load256(blk + kBlockSteps * kStepBytes)  // 128 * sum q_w
-                                          : _mm256_set1_epi32(8 * a.s32[(i0 + r) * nbx + b]);  // nibble - 8
+    int r = 0;
+#if defined(ASTRAI_ISA_V4)
+    // Two rows per zmm (pair_sums), each lane ended as add_block ends it.
+    const __m512i dup = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+    const __m512 dw2 = _mm512_permutexvar_ps(dup, _mm512_castps256_ps512(dw));
+    static_assert(kSigned);
+    const __m512i c2 = _mm512_permutexvar_epi32(dup, _mm512_castsi256_si512(load256(blk + kBlockSteps * kStepBytes)));
+    for (; r + 1 < R; r += 2) {
+      const int64_t at = (i0 + r) * nbx + b;
+      const __m512 dx2 = _mm512_mask_broadcastss_ps(_mm512_set1_ps(a.d[at]), 0xaaaa, _mm_set_ss(a.d[at + nbx]));
+      acc2[r / 2] = _mm512_fmadd_ps(_mm512_mul_ps(dw2, dx2),
+                                    _mm512_cvtepi32_ps(_mm512_sub_epi32(pair_sums(s[r], s[r + 1]), c2)), acc2[r / 2]);
+    }
+#endif
+    for (; r < R; ++r) {
+      const __m256i c = kSigned ? load256(blk + kBlockSteps * kStepBytes)  // 128 * sum q_w
+                                : _mm256_set1_epi32(8 * a.s32[(i0 + r) * nbx + b]);  // nibble - 8
       acc[r] = add_block(acc[r], dw, a.d[(i0 + r) * nbx + b], _mm256_sub_epi32(output_sums(s[r]), c));
     }
   }
+#if defined(ASTRAI_ISA_V4)
+  for (int r = 0; r + 1 < R; r += 2) {
+    acc[r] = even_ps(acc2[r / 2]);
+    acc[r + 1] = odd_ps(acc2[r / 2]);
+  }
+#endif
   for (int r = 0; r < R; ++r) store_outputs(acc[r], bias, y + (i0 + r) * ldy);
 }
 
@@ -1112,7 +1169,8 @@ template <DType T, bool Vnni>
   constexpr bool kPairs = false;
 #endif
   static_assert(Vnni || !q8, "Q8_0 steps need VNNI (maddubs would saturate)");
-  const int64_t step_bytes = nb * (k4 ? kQ4KSteps : k6 ? kQ6KSteps : q8 ? kQ8StepBlock : kBlockSteps * kStepBytes);
+  const int64_t step_bytes =
+      nb * (k4 ? kQ4KSteps : k6 ? kQ6KSteps : q8 || (kPairs && kSignedQ4Steps) ? kQ8StepBlock : kBlockSteps * kStepBytes);
   thread_local std::vector<uint8_t> steps;  // grown, never shrunk
   thread_local std::vector<float> scales;
   if (steps.size() < static_cast<size_t>(step_bytes)) steps.resize(static_cast<size_t>(step_bytes));
@@ -1263,7 +1321,7 @@ void outputs_of(DType t, const ActRows& a, int64_t i0, int64_t i1, const uint8_t
 // matrices have the same type.
 void run_group(const float* x, int64_t m, const LinearOut* outs, int64_t n) {
   const int64_t k = outs[0].w.cols, block = block_elems(outs[0].w.dtype);
-  bool any_q8_0 = false;
+  bool any_q8_0 = false, any_q4_0 = false;
   std::array<int64_t, kMaxGroup + 1> first{};  // first[o]: the group index of out o's first group
   for (int64_t o = 0; o < n; ++o) {
     const WeightView& w = outs[o].w;
@@ -1271,14 +1329,17 @@ void run_group(const float* x, int64_t m, const LinearOut* outs, int64_t n) {
     ASTRAI_CHECK(w.cols == k && block_elems(w.dtype) == block,
                  "linear_int8_group: every matrix needs the same cols and block size");
     any_q8_0 = any_q8_0 || w.dtype == DType::kQ8_0;
+    any_q4_0 = any_q4_0 || w.dtype == DType::kQ4_0;
     first[static_cast<size_t>(o + 1)] = first[static_cast<size_t>(o)] + (w.rows + kOutGroup - 1) / kOutGroup;
   }
   // The quantized rows: one buffer per calling thread, grown, never shrunk.
   thread_local std::vector<int64_t> storage;
   const size_t q_bytes = static_cast<size_t>(m * k), d_bytes = static_cast<size_t>(m * (k / block)) * 4;
   const size_t s16_bytes = static_cast<size_t>(m * (k / 16)) * 2, s32_bytes = static_cast<size_t>(m * (k / 32)) * 2;
-  // Q8_0's VNNI tiles (x86) take the activations as unsigned bytes too.
-  const bool vnni = use_vnni(), unsigned_q = kUnsignedQ8 && any_q8_0 && vnni && m > kQ8StepsFrom;
+  // Q8_0's VNNI tiles (x86) and v4's VNNI Q4_0 steps take the activations as unsigned bytes too.
+  const bool vnni = use_vnni();
+  const bool unsigned_q =
+      kUnsignedQ8 && vnni && ((any_q8_0 && m > kQ8StepsFrom) || (kSignedQ4Steps && any_q4_0 && m > kTileRows));
   const size_t total = q_bytes * (unsigned_q ? 2 : 1) + d_bytes + s16_bytes + s32_bytes + 64;
   if (storage.size() * 8 < total) storage.resize(total / 8 + 1);
   uint8_t* base = reinterpret_cast<uint8_t*>(storage.data());
