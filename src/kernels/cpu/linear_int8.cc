@@ -821,12 +821,49 @@ inline void add_scaled_sums(const ActRows& a, int64_t i0, int64_t x_off, const u
   }
 }
 
+#if defined(ASTRAI_ISA_V4)
+// finish_q4_k_block for the pairs of rows (r, r + 1), r < R - 1, in pair_sums' layout: the
+// sums of the 8 W rows' mins times the sub-blocks' sums of q_x by vpdpwssd (madd and add in
+// one), and each lane's two fused multiply-adds as add_k_block's.
+template <int R>
+inline void finish_q4_k_pairs(const ActRows& a, int64_t i0, const uint8_t* blk, const float* scales, int64_t b,
+                              const __m512i* sa, __m512* acc2) {
+  const __m512i dup = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+  const __m512 d2 = _mm512_permutexvar_ps(dup, _mm512_castps256_ps512(_mm256_loadu_ps(scales + b * 16)));
+  const __m512 dmin2 = _mm512_permutexvar_ps(dup, _mm512_castps256_ps512(_mm256_loadu_ps(scales + b * 16 + 8)));
+  __m512i mv2[4];  // per pair of sub-blocks: each output's two mins (int16), in both lanes of its pair
+  for (int jp = 0; jp < 4; ++jp)
+    mv2[jp] = _mm512_permutexvar_epi32(
+        dup, _mm512_castsi256_si512(load256(blk + 8 * kBlockSteps * kStepBytes + 8 * 32 + 32 * jp)));
+  const int64_t nbx = a.k / kQKBlock, xs_stride = a.k / 32;
+  for (int r = 0; r + 1 < R; r += 2) {
+    const int16_t* xs0 = a.s32 + (i0 + r) * xs_stride + b * 8;
+    __m512i sb = _mm512_setzero_si512();
+    for (int jp = 0; jp < 4; ++jp) {  // rows r, r + 1's sums of q_x over sub-blocks 2jp, 2jp + 1
+      int32_t v0, v1;
+      std::memcpy(&v0, xs0 + 2 * jp, 4);
+      std::memcpy(&v1, xs0 + xs_stride + 2 * jp, 4);
+      sb = _mm512_dpwssd_epi32(sb, mv2[jp], _mm512_mask_set1_epi32(_mm512_set1_epi32(v0), 0xaaaa, v1));
+    }
+    const int64_t at = (i0 + r) * nbx + b;
+    const __m512 dx2 = _mm512_mask_broadcastss_ps(_mm512_set1_ps(a.d[at]), 0xaaaa, _mm_set_ss(a.d[at + nbx]));
+    const __m512 t = _mm512_fmadd_ps(_mm512_mul_ps(d2, dx2), _mm512_cvtepi32_ps(pair_sums(sa[r], sa[r + 1])), acc2[r / 2]);
+    acc2[r / 2] = _mm512_fmadd_ps(_mm512_mul_ps(dmin2, dx2),
+                                  _mm512_xor_ps(_mm512_cvtepi32_ps(sb), _mm512_set1_ps(-0.0f)), t);
+  }
+}
+#endif
+
 // Q4_K / Q5_K steps (interleave_q4_k): R rows from i0 times the group.
 template <DType T, int R>
 void tile_q4_k_steps(const ActRows& a, int64_t i0, const uint8_t* steps, const float* scales, int64_t nb,
                      const float* bias, float* y, int64_t ldy) {
   __m256 acc[R];
   for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+#if defined(ASTRAI_ISA_V4)
+  __m512 acc2[(R + 1) / 2];
+  for (int p = 0; p < (R + 1) / 2; ++p) acc2[p] = _mm512_setzero_ps();
+#endif
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* blk = steps + b * kQ4KSteps;
     IVec sa[R];
@@ -834,10 +871,24 @@ void tile_q4_k_steps(const ActRows& a, int64_t i0, const uint8_t* steps, const f
     for (int j = 0; j < 8; ++j)
       add_scaled_sums<R, kBlockSteps>(a, i0, b * kQKBlock + 32 * j, blk + j * kBlockSteps * kStepBytes,
                                       op_scales(blk + 8 * kBlockSteps * kStepBytes + 32 * j), sa);
+#if defined(ASTRAI_ISA_V4)
+    finish_q4_k_pairs<R>(a, i0, blk, scales, b, sa, acc2);
+    if constexpr (R % 2 == 1) {
+      const __m256i last = output_sums(sa[R - 1]);
+      finish_q4_k_block<1>(a, i0 + R - 1, blk, scales, b, &last, &acc[R - 1]);
+    }
+#else
     __m256i sums[R];
     for (int r = 0; r < R; ++r) sums[r] = output_sums(sa[r]);
     finish_q4_k_block<R>(a, i0, blk, scales, b, sums, acc);
+#endif
   }
+#if defined(ASTRAI_ISA_V4)
+  for (int r = 0; r + 1 < R; r += 2) {
+    acc[r] = even_ps(acc2[r / 2]);
+    acc[r + 1] = odd_ps(acc2[r / 2]);
+  }
+#endif
   for (int r = 0; r < R; ++r) store_outputs(acc[r], bias, y + (i0 + r) * ldy);
 }
 
