@@ -847,7 +847,8 @@ inline void finish_q4_k_pairs(const ActRows& a, int64_t i0, const uint8_t* blk, 
     }
     const int64_t at = (i0 + r) * nbx + b;
     const __m512 dx2 = _mm512_mask_broadcastss_ps(_mm512_set1_ps(a.d[at]), 0xaaaa, _mm_set_ss(a.d[at + nbx]));
-    const __m512 t = _mm512_fmadd_ps(_mm512_mul_ps(d2, dx2), _mm512_cvtepi32_ps(pair_sums(sa[r], sa[r + 1])), acc2[r / 2]);
+    const __m512 t =
+        _mm512_fmadd_ps(_mm512_mul_ps(d2, dx2), _mm512_cvtepi32_ps(pair_sums(sa[r], sa[r + 1])), acc2[r / 2]);
     acc2[r / 2] = _mm512_fmadd_ps(_mm512_mul_ps(dmin2, dx2),
                                   _mm512_xor_ps(_mm512_cvtepi32_ps(sb), _mm512_set1_ps(-0.0f)), t);
   }
@@ -1099,10 +1100,13 @@ inline void q4_0_four_blocks(const ActRows& a, int64_t i0, const uint8_t* w, int
     if (n == 2 || n == 6)
       for (int r = 0; r < R; ++r) half[r][n / 4] = add_row_quads(t[r][0], t[r][1]);
   }
-  const __m512i blocks01 = _mm512_setr_epi64(0, 1, 8, 9, 2, 3, 10, 11), blocks23 = _mm512_setr_epi64(4, 5, 12, 13, 6, 7, 14, 15);
+  // Blocks 0 and 1 (2 and 3) of rows 0-3 and 4-7 in order; each block's d_x and offset to 8 lanes.
+  const __m512i blocks01 = _mm512_setr_epi64(0, 1, 8, 9, 2, 3, 10, 11);
+  const __m512i blocks23 = _mm512_setr_epi64(4, 5, 12, 13, 6, 7, 14, 15);
   const __m512i spread01 = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
   const __m512i spread23 = _mm512_setr_epi32(2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
-  const __m512 dw01 = _mm512_cvtph_ps(_mm512_castsi512_si256(sc)), dw23 = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(sc, 1));
+  const __m512 dw01 = _mm512_cvtph_ps(_mm512_castsi512_si256(sc));
+  const __m512 dw23 = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(sc, 1));
   for (int r = 0; r < R; ++r) {
     const int64_t at = (i0 + r) * nbx + b;
     const __m512i off = _mm512_castsi128_si512(
@@ -1111,9 +1115,9 @@ inline void q4_0_four_blocks(const ActRows& a, int64_t i0, const uint8_t* w, int
     const __m512i s01 = _mm512_permutex2var_epi64(half[r][0], blocks01, half[r][1]);
     const __m512i s23 = _mm512_permutex2var_epi64(half[r][0], blocks23, half[r][1]);
     acc[r] = add_two_blocks(acc[r], _mm512_mul_ps(dw01, _mm512_permutexvar_ps(spread01, dx)),
-                    _mm512_sub_epi32(s01, _mm512_permutexvar_epi32(spread01, off)));
+                            _mm512_sub_epi32(s01, _mm512_permutexvar_epi32(spread01, off)));
     acc[r] = add_two_blocks(acc[r], _mm512_mul_ps(dw23, _mm512_permutexvar_ps(spread23, dx)),
-                    _mm512_sub_epi32(s23, _mm512_permutexvar_epi32(spread23, off)));
+                            _mm512_sub_epi32(s23, _mm512_permutexvar_epi32(spread23, off)));
   }
 }
 
