@@ -147,6 +147,16 @@ constexpr bool kSignedQ4Steps = true;
 #else
 constexpr bool kSignedQ4Steps = false;
 #endif
+// Whether T's VNNI steps hold signed weights (and take x as unsigned bytes, ActRows::qu).
+constexpr bool signed_steps(DType t) { return t == DType::kQ8_0 || (t == DType::kQ4_0 && kSignedQ4Steps); }
+// Rows of x past which the VNNI tiles take the interleaved steps (outputs: why these counts).
+constexpr int64_t vnni_steps_from(DType t) {
+#if defined(ASTRAI_ISA_V4)
+  return t == DType::kQ8_0 ? kQ8StepsFrom : kTileRows;
+#else
+  return is_k_quant(t) ? 2 * kTileRows : kTileRows;
+#endif
+}
 
 #if defined(ASTRAI_ISA_V3) || defined(ASTRAI_ISA_V4)
 
@@ -406,7 +416,8 @@ void interleave_q4_0(const uint8_t* w, int64_t rb, int64_t nb, uint8_t* steps, f
         v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2 * rb)), 2);
         v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 3 * rb)), 3);
         const __m512i l = _mm512_and_si512(v, low4z), u = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4z);
-        sums[h] = _mm512_sad_epu8(_mm512_add_epi8(l, u), _mm512_setzero_si512());  // row 4h + n: qwords 2n, 2n + 1
+        // Row 4h + n's sum of q in qwords 2n, 2n + 1.
+        sums[h] = _mm512_sad_epu8(_mm512_add_epi8(l, u), _mm512_setzero_si512());
         lo[h] = _mm512_sub_epi8(l, eight);
         hi[h] = _mm512_sub_epi8(u, eight);
       }
@@ -736,10 +747,26 @@ inline __m512i pair_sums(__m512i u, __m512i v) {
   return _mm512_mask_blend_epi32(0xaaaa, _mm512_add_epi32(u, _mm512_srli_epi64(u, 32)),
                                  _mm512_add_epi32(v, _mm512_slli_epi64(v, 32)));
 }
-// The even (row r) and odd (row r + 1) floats of a pair_sums layout.
-inline __m256 even_ps(__m512 v) { return _mm256_castsi256_ps(_mm512_cvtepi64_epi32(_mm512_castps_si512(v))); }
-inline __m256 odd_ps(__m512 v) {
-  return _mm256_castsi256_ps(_mm512_cvtepi64_epi32(_mm512_srli_epi64(_mm512_castps_si512(v), 32)));
+// Each of the 8 outputs' values in both lanes of its pair (2n, 2n + 1).
+inline __m512 pair_outputs(__m256 v) {
+  return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7),
+                               _mm512_castps256_ps512(v));
+}
+inline __m512i pair_outputs(__m256i v) {
+  return _mm512_castps_si512(pair_outputs(_mm256_castsi256_ps(v)));
+}
+// d_x of block b for rows r (even lanes) and r + 1 (odd lanes), at = row r's index into a.d.
+inline __m512 pair_dx(const ActRows& a, int64_t at, int64_t nbx) {
+  return _mm512_mask_broadcastss_ps(_mm512_set1_ps(a.d[at]), 0xaaaa, _mm_set_ss(a.d[at + nbx]));
+}
+// The rows of the pairs' accumulators (pair_sums' layout) back into acc[0, R & ~1).
+template <int R>
+inline void split_pairs(const __m512* acc2, __m256* acc) {
+  for (int r = 0; r + 1 < R; r += 2) {
+    const __m512i v = _mm512_castps_si512(acc2[r / 2]);
+    acc[r] = _mm256_castsi256_ps(_mm512_cvtepi64_epi32(v));
+    acc[r + 1] = _mm256_castsi256_ps(_mm512_cvtepi64_epi32(_mm512_srli_epi64(v, 32)));
+  }
 }
 #endif
 
@@ -747,7 +774,7 @@ inline __m256 odd_ps(__m512 v) {
 template <DType T, int R>
 void tile_q32_steps(const ActRows& a, int64_t i0, const uint8_t* steps, const float* scales, int64_t nb,
                     const float* bias, float* y, int64_t ldy) {
-  constexpr bool kSigned = T == DType::kQ8_0 || kSignedQ4Steps;  // signed steps, 128 * sum q_w after
+  constexpr bool kSigned = signed_steps(T);  // signed steps, 128 * sum q_w after
   constexpr int64_t kBlockBytes = kSigned ? kQ8StepBlock : kBlockSteps * kStepBytes;
   const int64_t nbx = a.k / kQBlock;
   __m256 acc[R];
@@ -773,13 +800,11 @@ void tile_q32_steps(const ActRows& a, int64_t i0, const uint8_t* steps, const fl
     int r = 0;
 #if defined(ASTRAI_ISA_V4)
     // Two rows per zmm (pair_sums), each lane ended as add_block ends it.
-    const __m512i dup = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
-    const __m512 dw2 = _mm512_permutexvar_ps(dup, _mm512_castps256_ps512(dw));
     static_assert(kSigned);
-    const __m512i c2 = _mm512_permutexvar_epi32(dup, _mm512_castsi256_si512(load256(blk + kBlockSteps * kStepBytes)));
+    const __m512 dw2 = pair_outputs(dw);
+    const __m512i c2 = pair_outputs(load256(blk + kBlockSteps * kStepBytes));
     for (; r + 1 < R; r += 2) {
-      const int64_t at = (i0 + r) * nbx + b;
-      const __m512 dx2 = _mm512_mask_broadcastss_ps(_mm512_set1_ps(a.d[at]), 0xaaaa, _mm_set_ss(a.d[at + nbx]));
+      const __m512 dx2 = pair_dx(a, (i0 + r) * nbx + b, nbx);
       acc2[r / 2] = _mm512_fmadd_ps(_mm512_mul_ps(dw2, dx2),
                                     _mm512_cvtepi32_ps(_mm512_sub_epi32(pair_sums(s[r], s[r + 1]), c2)), acc2[r / 2]);
     }
@@ -791,10 +816,7 @@ void tile_q32_steps(const ActRows& a, int64_t i0, const uint8_t* steps, const fl
     }
   }
 #if defined(ASTRAI_ISA_V4)
-  for (int r = 0; r + 1 < R; r += 2) {
-    acc[r] = even_ps(acc2[r / 2]);
-    acc[r + 1] = odd_ps(acc2[r / 2]);
-  }
+  split_pairs<R>(acc2, acc);
 #endif
   for (int r = 0; r < R; ++r) store_outputs(acc[r], bias, y + (i0 + r) * ldy);
 }
@@ -828,13 +850,11 @@ inline void add_scaled_sums(const ActRows& a, int64_t i0, int64_t x_off, const u
 template <int R>
 inline void finish_q4_k_pairs(const ActRows& a, int64_t i0, const uint8_t* blk, const float* scales, int64_t b,
                               const __m512i* sa, __m512* acc2) {
-  const __m512i dup = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
-  const __m512 d2 = _mm512_permutexvar_ps(dup, _mm512_castps256_ps512(_mm256_loadu_ps(scales + b * 16)));
-  const __m512 dmin2 = _mm512_permutexvar_ps(dup, _mm512_castps256_ps512(_mm256_loadu_ps(scales + b * 16 + 8)));
+  const __m512 d2 = pair_outputs(_mm256_loadu_ps(scales + b * 16));
+  const __m512 dmin2 = pair_outputs(_mm256_loadu_ps(scales + b * 16 + 8));
   __m512i mv2[4];  // per pair of sub-blocks: each output's two mins (int16), in both lanes of its pair
   for (int jp = 0; jp < 4; ++jp)
-    mv2[jp] = _mm512_permutexvar_epi32(
-        dup, _mm512_castsi256_si512(load256(blk + 8 * kBlockSteps * kStepBytes + 8 * 32 + 32 * jp)));
+    mv2[jp] = pair_outputs(load256(blk + 8 * kBlockSteps * kStepBytes + 8 * 32 + 32 * jp));
   const int64_t nbx = a.k / kQKBlock, xs_stride = a.k / 32;
   for (int r = 0; r + 1 < R; r += 2) {
     const int16_t* xs0 = a.s32 + (i0 + r) * xs_stride + b * 8;
@@ -845,8 +865,7 @@ inline void finish_q4_k_pairs(const ActRows& a, int64_t i0, const uint8_t* blk, 
       std::memcpy(&v1, xs0 + xs_stride + 2 * jp, 4);
       sb = _mm512_dpwssd_epi32(sb, mv2[jp], _mm512_mask_set1_epi32(_mm512_set1_epi32(v0), 0xaaaa, v1));
     }
-    const int64_t at = (i0 + r) * nbx + b;
-    const __m512 dx2 = _mm512_mask_broadcastss_ps(_mm512_set1_ps(a.d[at]), 0xaaaa, _mm_set_ss(a.d[at + nbx]));
+    const __m512 dx2 = pair_dx(a, (i0 + r) * nbx + b, nbx);
     const __m512 t =
         _mm512_fmadd_ps(_mm512_mul_ps(d2, dx2), _mm512_cvtepi32_ps(pair_sums(sa[r], sa[r + 1])), acc2[r / 2]);
     acc2[r / 2] = _mm512_fmadd_ps(_mm512_mul_ps(dmin2, dx2),
@@ -885,10 +904,7 @@ void tile_q4_k_steps(const ActRows& a, int64_t i0, const uint8_t* steps, const f
 #endif
   }
 #if defined(ASTRAI_ISA_V4)
-  for (int r = 0; r + 1 < R; r += 2) {
-    acc[r] = even_ps(acc2[r / 2]);
-    acc[r + 1] = odd_ps(acc2[r / 2]);
-  }
+  split_pairs<R>(acc2, acc);
 #endif
   for (int r = 0; r < R; ++r) store_outputs(acc[r], bias, y + (i0 + r) * ldy);
 }
@@ -1225,7 +1241,7 @@ template <DType T, bool Vnni>
 #endif
   static_assert(Vnni || !q8, "Q8_0 steps need VNNI (maddubs would saturate)");
   const int64_t step_bytes =
-      nb * (k4 ? kQ4KSteps : k6 ? kQ6KSteps : q8 || (kPairs && kSignedQ4Steps) ? kQ8StepBlock : kBlockSteps * kStepBytes);
+      nb * (k4 ? kQ4KSteps : k6 ? kQ6KSteps : Vnni && signed_steps(T) ? kQ8StepBlock : kBlockSteps * kStepBytes);
   thread_local std::vector<uint8_t> steps;  // grown, never shrunk
   thread_local std::vector<float> scales;
   if (steps.size() < static_cast<size_t>(step_bytes)) steps.resize(static_cast<size_t>(step_bytes));
@@ -1279,13 +1295,12 @@ void outputs(const ActRows& a, int64_t i0, int64_t i1, const uint8_t* w, int64_t
   // and Q6_K not at all (0.6x at 512 rows). gemm_bench's quantized table measures these.
 #if defined(ASTRAI_ISA_V4)
   constexpr bool kVnniTiles = true;
-  const int64_t vnni_from = T == DType::kQ8_0 ? kQ8StepsFrom : kTileRows;
 #else
   constexpr bool kVnniTiles = T != DType::kQ6_K;
-  const int64_t vnni_from = is_k_quant(T) ? 2 * kTileRows : kTileRows;
 #endif
   const bool vnni = kVnniTiles && a.vnni;
-  const int64_t from = vnni ? vnni_from : T == DType::kQ4_0 ? kTileRows : T == DType::kQ6_K ? 8 * kTileRows : 2 * kTileRows;
+  const int64_t plain_from = T == DType::kQ4_0 ? kTileRows : T == DType::kQ6_K ? 8 * kTileRows : 2 * kTileRows;
+  const int64_t from = vnni ? vnni_steps_from(T) : plain_from;
   if (i1 - i0 > from) {
     if constexpr (kVnniTiles)
       if (vnni) return outputs_steps<T, true>(a, i0, i1, w, nb, bias, y, ldy, pf);
@@ -1376,25 +1391,22 @@ void outputs_of(DType t, const ActRows& a, int64_t i0, int64_t i1, const uint8_t
 // matrices have the same type.
 void run_group(const float* x, int64_t m, const LinearOut* outs, int64_t n) {
   const int64_t k = outs[0].w.cols, block = block_elems(outs[0].w.dtype);
-  bool any_q8_0 = false, any_q4_0 = false;
+  bool unsigned_q = false;  // some matrix takes its VNNI steps against x as unsigned bytes
   std::array<int64_t, kMaxGroup + 1> first{};  // first[o]: the group index of out o's first group
   for (int64_t o = 0; o < n; ++o) {
     const WeightView& w = outs[o].w;
     ASTRAI_CHECK(is_block_type(w.dtype), "linear_int8: not a quantized weight type: ", dtype_name(w.dtype));
     ASTRAI_CHECK(w.cols == k && block_elems(w.dtype) == block,
                  "linear_int8_group: every matrix needs the same cols and block size");
-    any_q8_0 = any_q8_0 || w.dtype == DType::kQ8_0;
-    any_q4_0 = any_q4_0 || w.dtype == DType::kQ4_0;
+    unsigned_q = unsigned_q || (signed_steps(w.dtype) && m > vnni_steps_from(w.dtype));
     first[static_cast<size_t>(o + 1)] = first[static_cast<size_t>(o)] + (w.rows + kOutGroup - 1) / kOutGroup;
   }
   // The quantized rows: one buffer per calling thread, grown, never shrunk.
   thread_local std::vector<int64_t> storage;
   const size_t q_bytes = static_cast<size_t>(m * k), d_bytes = static_cast<size_t>(m * (k / block)) * 4;
   const size_t s16_bytes = static_cast<size_t>(m * (k / 16)) * 2, s32_bytes = static_cast<size_t>(m * (k / 32)) * 2;
-  // Q8_0's VNNI tiles (x86) and v4's VNNI Q4_0 steps take the activations as unsigned bytes too.
   const bool vnni = use_vnni();
-  const bool unsigned_q =
-      kUnsignedQ8 && vnni && ((any_q8_0 && m > kQ8StepsFrom) || (kSignedQ4Steps && any_q4_0 && m > kTileRows));
+  unsigned_q = unsigned_q && kUnsignedQ8 && vnni;
   const size_t total = q_bytes * (unsigned_q ? 2 : 1) + d_bytes + s16_bytes + s32_bytes + 64;
   if (storage.size() * 8 < total) storage.resize(total / 8 + 1);
   uint8_t* base = reinterpret_cast<uint8_t*>(storage.data());
