@@ -11,6 +11,7 @@
 
 #include "backend/dropout_mask.h"
 #include "backend/ops.h"
+#include "backend/sample_rows.h"
 #include "base/error.h"
 #include "kernels/cpu/activation.h"
 #include "kernels/cpu/attention.h"
@@ -297,6 +298,26 @@ class CpuOps final : public Ops {
   void scale(float* x, size_t n, float c) const override {
 #pragma omp parallel for simd schedule(static)
     for (size_t i = 0; i < n; ++i) x[i] *= c;
+  }
+
+  void sample(const float* logits, int64_t rows, int64_t vocab, const SampleSpec* specs, int64_t n,
+              SampleResult* out) const override {
+    check_sample_specs(specs, n, rows);
+    // One thread's block (the result does not depend on the block's size); scratch kept per
+    // thread, grown to the largest vocabulary seen.
+    thread_local sampling::Shared shared;
+    thread_local std::vector<float> w;
+    thread_local std::vector<uint64_t> keys;
+    thread_local std::vector<double> blocks;
+    w.resize(static_cast<size_t>(vocab));
+    keys.resize(static_cast<size_t>(sampling::pow2_at_least(vocab)));
+    blocks.resize(static_cast<size_t>(vocab / sampling::kDrawBlock + 1));
+    const sampling::RowScratch scratch{w.data(), keys.data(), blocks.data()};
+    const sampling::HostBlock block{1};
+    for (int64_t i = 0; i < n; ++i) {
+      out[i] = SampleResult{};
+      sampling::sample_row(block, shared, logits + specs[i].row * vocab, vocab, specs[i], scratch, out[i]);
+    }
   }
 
   void adamw(float* p, const float* g, float* m, float* v, size_t n, const AdamWStep& s) const override {

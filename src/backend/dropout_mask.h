@@ -7,11 +7,7 @@
 
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define ASTRAI_HOST_DEVICE __host__ __device__
-#else
-#define ASTRAI_HOST_DEVICE
-#endif
+#include "base/host_device.h"
 
 namespace astrai::backend {
 

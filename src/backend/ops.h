@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <functional>
 
+#include "backend/sampling.h"
 #include "kernels/rope_pairing.h"
 #include "tensor/dtype.h"
 #include "tensor/tensor.h"
@@ -158,6 +159,13 @@ class Ops {
   // Training dropout with the mask of backend/dropout_mask.h: y = x ∘ keep(seed, i) / (1 − p)
   // (y may alias x). Linear in x, so the backward is the same call on the gradient.
   virtual void dropout(const float* x, int64_t n, float p, uint64_t seed, float* y) const = 0;
+
+  // ---- inference: sampling on the device ----
+  // out[i] (host) = the token specs[i] (host) draws from row specs[i].row of logits [rows,
+  // vocab] (this backend's memory), with its logprobs: backend/sample_rows.h, the engine's
+  // sampler's arithmetic for rows without logit bias or penalties.
+  virtual void sample(const float* logits, int64_t rows, int64_t vocab, const SampleSpec* specs, int64_t n,
+                      SampleResult* out) const = 0;
 
   // ---- backward (training: f32 gradients; weights f32, or bf16/f16 when frozen: CPU only) ----
   // dx (+)= dy · W; dw += dy^T · x; db += Σ_rows dy (dw and db may be null: frozen weights;

@@ -61,6 +61,13 @@ double sum8(const float* w, int64_t n) {
   return ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
 }
 
+// sum8 with the values below floor counted as 0.
+double sum8_at_least(const float* w, int64_t n, float floor) {
+  double part[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  for (int64_t i = 0; i < n; ++i) part[i & 7] += w[i] >= floor ? w[i] : 0.0f;
+  return ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
+}
+
 // max of w[0, n) over 8 chains (max is exact, so any order gives the same value); NaNs are
 // skipped, -inf when there is nothing else.
 float max8(const float* w, int64_t n) {
@@ -221,7 +228,8 @@ SampleOutput Sampler::sample(float* logits, int32_t vocab, const SamplingParams&
       if (need_sort) {
         // Only tokens with weight >= a threshold can be in the top-k / nucleus; lower the
         // threshold geometrically until the kept set is big enough, then sort just that set.
-        const double need_mass = p.top_p < 1.0f ? p.top_p * sum8(probs_.data(), vocab) : 0.0;
+        const double total = sum8(probs_.data(), vocab);
+        const double need_mass = p.top_p < 1.0f ? p.top_p * total : 0.0;
         const int32_t need_count = p.top_k > 0 ? std::min(p.top_k, vocab) : 1;
         const float thr = candidates_threshold(probs_.data(), vocab, need_mass, need_count);
         for (int32_t i = 0; i < vocab; ++i)
@@ -231,9 +239,14 @@ SampleOutput Sampler::sample(float* logits, int32_t vocab, const SamplingParams&
         });
         if (p.top_k > 0 && int32_t(idx_.size()) > p.top_k) idx_.resize(p.top_k);
         if (p.top_p < 1.0f) {
-          double kept = 0;
-          for (int32_t i : idx_) kept += probs_[i];
-          // Nucleus within what survived top-k / min-p (renormalised, as in HF's warper order).
+          // Nucleus within what survived top-k / min-p (renormalised, as in HF's warper order):
+          // the first k's mass with top-k, else every weight's at or above min-p (not only the
+          // candidates': the threshold leaves out weights that still count in the total).
+          double kept = floor_w > 0.0f ? sum8_at_least(probs_.data(), vocab, floor_w) : total;
+          if (p.top_k > 0) {
+            kept = 0;
+            for (int32_t i : idx_) kept += probs_[i];
+          }
           double cum = 0;
           size_t keep = 0;
           while (keep < idx_.size()) {
@@ -246,16 +259,21 @@ SampleOutput Sampler::sample(float* logits, int32_t vocab, const SamplingParams&
         for (int32_t i = 0; i < vocab; ++i)
           if (probs_[i] >= floor_w) idx_.push_back(i);
       }
-      double mass = 0;
-      for (int32_t i : idx_) mass += probs_[i];
-      const double u = st.rng.uniform() * mass;
-      double cum = 0;
-      token = idx_.back();
-      for (int32_t i : idx_) {
-        cum += probs_[i];
-        if (u < cum) {
-          token = i;
-          break;
+      // Empty only when no logit is finite (min-p then keeps nothing): token 0. The draw is
+      // taken either way (once per token on every path).
+      const double uniform = st.rng.uniform();
+      if (!idx_.empty()) {
+        double mass = 0;
+        for (int32_t i : idx_) mass += probs_[i];
+        const double u = uniform * mass;
+        double cum = 0;
+        token = idx_.back();
+        for (int32_t i : idx_) {
+          cum += probs_[i];
+          if (u < cum) {
+            token = i;
+            break;
+          }
         }
       }
     }

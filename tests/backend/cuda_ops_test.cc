@@ -411,6 +411,55 @@ TEST_F(CudaOps, TrainingStepOps) {
   expect_close(z.back(), std::vector<float>(n, 0.0f), 0.0, "zero");
 }
 
+// Sampling next to the logits (backend/sample_rows.h, one block per row on the GPU): the CPU
+// backend's tokens and alternatives exactly, for rows of several widths and shapes (spread,
+// peaked, ties) under every filter; logprobs within one float ulp (the lse's log() of a double
+// is the device math library's, which may differ from the host's in its last bit).
+TEST_F(CudaOps, SampleEqualsTheCpuBackend) {
+  std::mt19937_64 rng(21);
+  for (int64_t vocab : {7, 1000, 32000, 151936}) {
+    const int64_t rows = 4;
+    std::vector<float> logits = randn(static_cast<size_t>(rows * vocab), 40 + vocab, 3.0f);
+    for (int64_t i = 0; i < vocab; ++i) logits[static_cast<size_t>(vocab + i)] *= 4.0f;  // row 1 peaked
+    for (int64_t i = 0; i < vocab; ++i)  // row 2: ties
+      logits[static_cast<size_t>(2 * vocab + i)] = std::round(logits[static_cast<size_t>(2 * vocab + i)] / 3.0f);
+    std::vector<SampleSpec> specs;
+    const float temps[] = {0.0f, 0.5f, 1.0f, 1.7f};
+    const int32_t ks[] = {0, 1, 40};
+    const float ps[] = {1.0f, 0.9f, 0.5f};
+    const float mins[] = {0.0f, 0.1f};
+    for (int k = 0; k < 40; ++k) {
+      SampleSpec s;
+      s.row = k % rows;
+      s.temperature = temps[rng() % 4];
+      s.top_k = ks[rng() % 3];
+      s.top_p = ps[rng() % 3];
+      s.min_p = mins[rng() % 2];
+      s.top_logprobs = static_cast<int32_t>(rng() % 22) - 1;
+      s.uniform = static_cast<double>(rng() >> 11) * 0x1.0p-53;
+      specs.push_back(s);
+    }
+    const int64_t n = static_cast<int64_t>(specs.size());
+    std::vector<SampleResult> want(specs.size()), got(specs.size());
+    cpu().sample(logits.data(), rows, vocab, specs.data(), n, want.data());
+    Dev<float> gl(logits);
+    gpu().sample(gl.p(), rows, vocab, specs.data(), n, got.data());
+    for (size_t k = 0; k < specs.size(); ++k) {
+      SCOPED_TRACE(::testing::Message() << "vocab " << vocab << " spec " << k << ": temperature "
+                                        << specs[k].temperature << " top_k " << specs[k].top_k << " top_p "
+                                        << specs[k].top_p << " min_p " << specs[k].min_p);
+      EXPECT_EQ(got[k].token, want[k].token);
+      ASSERT_EQ(got[k].num_top, want[k].num_top);
+      if (specs[k].top_logprobs >= 0)
+        EXPECT_NEAR(got[k].logprob, want[k].logprob, 1.2e-7 * (1.0 + std::fabs(want[k].logprob)));
+      for (int32_t r = 0; r < want[k].num_top; ++r) {
+        EXPECT_EQ(got[k].top_ids[r], want[k].top_ids[r]) << "entry " << r;
+        EXPECT_NEAR(got[k].top_logprobs[r], want[k].top_logprobs[r], 1.2e-7 * (1.0 + std::fabs(want[k].top_logprobs[r])));
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace astrai::backend
 

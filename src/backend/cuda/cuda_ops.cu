@@ -30,6 +30,7 @@
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/kernels.cuh"
 #include "backend/cuda/lt_gemm.h"
+#include "backend/cuda/sampling.cuh"
 #include "backend/cuda/staging.h"
 #include "backend/cuda/train_kernels.cuh"
 #include "base/error.h"
@@ -525,6 +526,32 @@ class CudaOps final : public Ops {
     return total;
   }
 
+  // A block per spec, kSampleRowsPerLaunch specs per launch; the results come back at the end.
+  void sample(const float* logits, int64_t rows, int64_t vocab, const SampleSpec* specs, int64_t n,
+              SampleResult* out) const override {
+    check_sample_specs(specs, n, rows);
+    if (n == 0) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    const int64_t per_launch = std::min<int64_t>(n, kSampleRowsPerLaunch);
+    const int64_t keys_per_row = sampling::pow2_at_least(vocab);
+    const int64_t blocks_per_row = vocab / sampling::kDrawBlock + 1;
+    const SampleSpec* d_specs = upload(sample_specs_, specs, n);
+    float* w = scratch(sample_w_, static_cast<size_t>(per_launch * vocab));
+    uint64_t* keys = scratch(sample_keys_, static_cast<size_t>(per_launch * keys_per_row));
+    double* blocks = scratch(sample_blocks_, static_cast<size_t>(per_launch * blocks_per_row));
+    SampleResult* d_out = scratch(sample_out_, static_cast<size_t>(n));
+    for (int64_t first = 0; first < n; first += per_launch) {
+      const int64_t count = std::min(per_launch, n - first);
+      sample_kernel<<<static_cast<unsigned>(count), kThreads, 0, stream_>>>(
+          logits, vocab, d_specs + first, w, keys, keys_per_row, blocks, blocks_per_row, d_out + first);
+      check_launch("sample");
+    }
+    check_cuda(cudaMemcpyAsync(out, d_out, static_cast<size_t>(n) * sizeof(SampleResult), cudaMemcpyDeviceToHost,
+                               stream_),
+               "sample: the results");
+    check_cuda(cudaStreamSynchronize(stream_), "sample");
+  }
+
   void sum_squares(const FloatRange* ranges, size_t count, const float* x, double* out) const override {
     if (count == 0) return;
     std::lock_guard<std::mutex> lock(mu_);
@@ -693,6 +720,11 @@ class CudaOps final : public Ops {
   mutable DeviceArray<int32_t> targets_;
   mutable DeviceArray<FloatRange> ranges_;
   mutable DeviceArray<double> sums_;
+  mutable DeviceArray<SampleSpec> sample_specs_;
+  mutable DeviceArray<float> sample_w_;
+  mutable DeviceArray<uint64_t> sample_keys_;
+  mutable DeviceArray<double> sample_blocks_;
+  mutable DeviceArray<SampleResult> sample_out_;
   mutable DeviceArray<float> row_dot_, partial_;
   mutable DeviceArray<uint16_t> half_x_;
   mutable std::vector<float> host_cos_, host_sin_;

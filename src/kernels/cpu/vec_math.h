@@ -5,29 +5,14 @@
 #include <cmath>
 #include <cstdint>
 
+#include "base/host_device.h"
 #include "kernels/cpu/level.h"
 #include "kernels/cpu/simd.h"
 
 ASTRAI_KERNELS_BEGIN
 
-// exp(x) for float or Vec16, max relative error ~2 ulp on [-87, 88]; x is clamped to that range
-// first (below -87 gives ~1e-38: softmax and sigmoid only need that). Cephes-style: x = n ln2 + r,
-// |r| <= ln2/2, a degree-6 polynomial for e^r, 2^n assembled in the exponent bits.
-template <typename V>
-inline V exp_approx(V x) {
-  x = vmax(vmin(x, V(88.0f)), V(-87.0f));
-  const V n = vfloor(vfma(x, V(1.44269504088896341f), V(0.5f)));
-  V r = vfnma(n, V(0.693359375f), x);  // ln2 split in two for an exact first step
-  r = vfnma(n, V(-2.12194440e-4f), r);
-  V p = V(1.9875691500e-4f);
-  p = vfma(p, r, V(1.3981999507e-3f));
-  p = vfma(p, r, V(8.3334519073e-3f));
-  p = vfma(p, r, V(4.1665795894e-2f));
-  p = vfma(p, r, V(1.6666665459e-1f));
-  p = vfma(p, r, V(5.0000001201e-1f));
-  p = vfma(p * r, r, r + V(1.0f));
-  return p * vpow2i(n);
-}
+// exp(x) for float or Vec16 (kernels/exp_approx.inc, in this level's namespace).
+#include "kernels/exp_approx.inc"
 
 // 1 / (1 + exp(-x)).
 template <typename V>
