@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The CUDA backend's proof on a machine with an NVIDIA GPU:
 #   1. every operation of backend::Ops on the GPU against the CPU backend, several shapes each
-#      (tests/backend/cuda_ops_test.cc);
+#      (tests/backend/cuda_ops_test.cc), and the engine sampling on the GPU against the host's
+#      sampler (tests/infer/device_sampling_test.cc);
 #   2. the whole forward of three model families on the GPU against the CPU, without a cache
 #      and through device pages with greedy decode steps, and decode steps replayed as CUDA
 #      graphs against the same steps run op by op (tests/model/cuda_forward_test.cc);
@@ -32,7 +33,7 @@ cd "$(dirname "$0")/.."
 
 build() {
   cmake --preset release -DASTRAI_CUDA=ON >/dev/null
-  cmake --build --preset release -j "$(nproc)" --target backend_tests model_tests train_tests cuda_decode_bench astrai
+  cmake --build --preset release -j "$(nproc)" --target backend_tests model_tests train_tests infer_tests cuda_decode_bench astrai
 }
 
 if [ "${1:-}" = --pack ]; then
@@ -40,10 +41,10 @@ if [ "${1:-}" = --pack ]; then
   build
   mkdir -p "$dir"
   cp build/release/tests/backend/backend_tests build/release/tests/model/model_tests \
-    build/release/tests/train/train_tests build/release/bench/cuda_decode_bench build/release/src/astrai \
+    build/release/tests/train/train_tests build/release/tests/infer/infer_tests build/release/bench/cuda_decode_bench build/release/src/astrai \
     build/release/src/libastrai_cuda.so scripts/gpu-generate-check.py scripts/gpu-train-check.py "$dir/"
   # Everything ldd resolves except the C library, the loader and CUDA's own libraries.
-  ldd "$dir/backend_tests" "$dir/model_tests" "$dir/train_tests" "$dir/astrai" "$dir/libastrai_cuda.so" | awk '/=> \// {print $3}' | sort -u |
+  ldd "$dir/backend_tests" "$dir/model_tests" "$dir/train_tests" "$dir/infer_tests" "$dir/astrai" "$dir/libastrai_cuda.so" | awk '/=> \// {print $3}' | sort -u |
     grep -v -E '/(libc|libm|libdl|librt|libpthread|libresolv|libutil|libanl|libnsl|ld-linux[^/]*)\.so|libcuda\.so|libcublas' |
     while read -r lib; do cp -L "$lib" "$dir/"; done
   model=${ASTRAI_GPU_MODEL:-runs/demo/model}
@@ -87,6 +88,7 @@ run_tests() {  # BINARY FILTER
 run_tests backend_tests 'CudaOps.*:BackendOps.*'
 run_tests model_tests '*CudaForward.*:CudaDecodeGraphs.*'
 run_tests train_tests 'CudaTraining.*'
+run_tests infer_tests 'CudaEngineSampleOn.*'
 # cuBLASLt for the 16-bit products of many rows (opt-in, src/backend/cuda/lt_gemm.h, not yet run
 # on a GPU): the same op and forward tests through it; a fallback to cublasGemmEx (its warning)
 # fails the check, since the tests would then not have gone through cuBLASLt.

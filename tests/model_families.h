@@ -4,9 +4,14 @@
 // qwen3 with its qk-norm and an explicit head dim, and MLA.
 #pragma once
 
+#include <cmath>
+#include <cstdint>
+#include <random>
 #include <string>
 
 #include "base/json.h"
+#include "model/config.h"
+#include "model/weights.h"
 
 namespace astrai::testing_util {
 
@@ -34,6 +39,23 @@ inline Json cuda_test_family(const std::string& kind) {
     j = with_mla(j);
   }
   return j;
+}
+
+// Owned weights filled with N(0, 1/fan_in) (norms around 1), as the trainer would hold them;
+// in `dtype` (rounded from the f32 values) when not f32.
+inline model::ModelWeights random_weights(const model::ModelConfig& c, uint32_t seed, DType dtype = DType::kF32) {
+  model::ModelWeights w = model::ModelWeights::allocate(c);
+  std::mt19937 rng(seed);
+  for (auto& p : w.params(c)) {
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    Tensor& t = *p.tensor;
+    const bool vec = t.ndim() == 1;
+    const float scale = vec ? 0.2f : 1.0f / std::sqrt(static_cast<float>(t.dim(-1)));
+    const bool norm = p.name.find("norm") != std::string::npos;
+    for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = (norm ? 1.0f : 0.0f) + scale * nd(rng);
+    if (dtype != DType::kF32) t = t.to(dtype);
+  }
+  return w;
 }
 
 }  // namespace astrai::testing_util

@@ -191,15 +191,26 @@ model::ForwardProfile profile_between(const model::ForwardProfile& a, const mode
   return d;
 }
 
+// The engine options a bench command takes from its flags (--kv-dtype, --sample-on).
+struct EngineChoice {
+  std::string kv_dtype = "auto";
+  std::string sample_on = "auto";
+  void add(CLI::App* cmd) {
+    add_kv_dtype_option(cmd, &kv_dtype);
+    add_sample_on_option(cmd, &sample_on);
+  }
+};
+
 // An engine for `batch` requests of prompt_len (+ shared_prefix_len) + gen tokens.
 std::unique_ptr<infer::Engine> bench_engine(const std::shared_ptr<const model::Transformer>& m, int batch,
-                                            int prompt_len, int gen, bool prefix_cache, const std::string& kv_dtype,
+                                            int prompt_len, int gen, bool prefix_cache, const EngineChoice& choice,
                                             size_t shared_prefix_len = 0) {
   infer::EngineOptions o;
   o.max_running = std::max(batch, 1);
   o.max_step_tokens = 2048;
   o.prefix_cache = prefix_cache;
-  o.kv_dtype = kv_dtype;
+  o.kv_dtype = choice.kv_dtype;
+  o.sample_on = choice.sample_on;
   o.prefault_kv = true;  // as a server's (and llama.cpp's cleared) cache: page faults are not the work measured
   const int64_t tokens = int64_t(batch) * (prompt_len + int64_t(shared_prefix_len) + gen + 32);
   // Sized for f32 elements: bf16 gets twice the pages it needs, never too few.
@@ -280,8 +291,8 @@ RunStats run_on(infer::Engine& engine, const std::shared_ptr<const model::Transf
 
 // One run on an engine of its own.
 RunStats run_batch(const std::shared_ptr<const model::Transformer>& m, int batch, int prompt_len, int gen,
-                   bool prefix_cache, const std::string& kv_dtype, const std::vector<int32_t>& shared_prefix = {}) {
-  auto engine = bench_engine(m, batch, prompt_len, gen, prefix_cache, kv_dtype, shared_prefix.size());
+                   bool prefix_cache, const EngineChoice& choice, const std::vector<int32_t>& shared_prefix = {}) {
+  auto engine = bench_engine(m, batch, prompt_len, gen, prefix_cache, choice, shared_prefix.size());
   return run_on(*engine, m, batch, prompt_len, gen, shared_prefix);
 }
 
@@ -289,7 +300,7 @@ struct DecodeFlags {
   BenchModelFlags model;
   int prompt = 512, gen = 128;
   std::vector<int> batches = {1, 8, 32};
-  std::string kv_dtype = "auto";
+  EngineChoice engine;
   bool json = false;
   bool profile = false;
 };
@@ -318,7 +329,7 @@ void run_decode(const DecodeFlags& f) {
                  {"bf16_dot", kernels::bf16_dot_name()}};
   double tps1 = 0;
   for (int b : f.batches) {
-    RunStats s = run_batch(m, b, f.prompt, f.gen, false, f.kv_dtype);
+    RunStats s = run_batch(m, b, f.prompt, f.gen, false, f.engine);
     if (b == f.batches.front()) {
       std::printf("KV cache: %s\n", std::string(dtype_name(s.kv_dtype)).c_str());
       report["kv_dtype"] = std::string(dtype_name(s.kv_dtype));
@@ -352,7 +363,7 @@ struct PrefillFlags {
   int prompt = 512;
   int repeat = 3;
   std::vector<int> batches = {1};
-  std::string kv_dtype = "auto";
+  EngineChoice engine;
   bool json = false;
   bool profile = false;
 };
@@ -378,7 +389,7 @@ void run_prefill(const PrefillFlags& f) {
     // Every repeat on one engine, as llama-bench reuses its context: the forward's workspace is
     // sized (and its pages faulted in) by the first run, as a server's is by its first prompts.
     // The prefix cache is off, so each run computes its whole prompt.
-    auto engine = bench_engine(m, b, f.prompt, 1, false, f.kv_dtype);
+    auto engine = bench_engine(m, b, f.prompt, 1, false, f.engine);
     for (int r = 0; r < f.repeat; ++r) {  // one generated token: the run ends when every prompt is processed
       RunStats s = run_on(*engine, m, b, f.prompt, 1);
       if (r == 0 || s.total_seconds < best.total_seconds) best = s;
@@ -396,7 +407,7 @@ void run_prefill(const PrefillFlags& f) {
 struct PrefixFlags {
   BenchModelFlags model;
   int requests = 32, prefix = 1000, suffix = 24, gen = 16;
-  std::string kv_dtype = "auto";
+  EngineChoice engine;
 };
 
 void run_prefix(const PrefixFlags& f) {
@@ -406,7 +417,7 @@ void run_prefix(const PrefixFlags& f) {
               m->num_parameters() / 1e6, num_threads(), f.requests, f.prefix, f.suffix, f.gen);
   const auto prefix = random_ids(7, f.prefix, static_cast<int>(m->vocab_size()));
   for (bool on : {true, false}) {
-    RunStats s = run_batch(m, f.requests, f.suffix, f.gen, on, f.kv_dtype, prefix);
+    RunStats s = run_batch(m, f.requests, f.suffix, f.gen, on, f.engine, prefix);
     std::printf("prefix cache %-3s: mean TTFT %7.2f s  total %7.2f s  cache hit tokens %llu\n", on ? "on" : "off",
                 s.mean_ttft, s.total_seconds, static_cast<unsigned long long>(s.cache_hits));
   }
@@ -421,7 +432,7 @@ void setup_bench(CLI::App& app) {
   dec->add_option("--prompt", d->prompt, "Prompt tokens per request");
   dec->add_option("--gen", d->gen, "Generated tokens per request");
   dec->add_option("--batches", d->batches, "Batch sizes (1,8,32 or 1 8 32)")->delimiter(',');
-  add_kv_dtype_option(dec, &d->kv_dtype);
+  d->engine.add(dec);
   dec->add_flag("--json", d->json, "Also print a JSON report");
   dec->add_flag("--profile", d->profile, "Print where each decode step's forward time goes, per operation");
   dec->callback([d] { run_decode(*d); });
@@ -431,7 +442,7 @@ void setup_bench(CLI::App& app) {
   fill->add_option("--prompt", pf->prompt, "Prompt tokens per request")->check(CLI::PositiveNumber);
   fill->add_option("--batches", pf->batches, "Requests submitted at once, each size a run of its own (1,8 or 1 8)")->delimiter(',');
   fill->add_option("--repeat", pf->repeat, "Runs per batch size; the fastest is reported")->check(CLI::PositiveNumber);
-  add_kv_dtype_option(fill, &pf->kv_dtype);
+  pf->engine.add(fill);
   fill->add_flag("--json", pf->json, "Also print a JSON report");
   fill->add_flag("--profile", pf->profile, "Print where the fastest run's forward time goes, per operation");
   fill->callback([pf] { run_prefill(*pf); });
@@ -442,7 +453,7 @@ void setup_bench(CLI::App& app) {
   pre->add_option("--prefix", p->prefix, "Shared prefix tokens");
   pre->add_option("--suffix", p->suffix, "Own tokens per request");
   pre->add_option("--gen", p->gen, "Generated tokens per request");
-  add_kv_dtype_option(pre, &p->kv_dtype);
+  p->engine.add(pre);
   pre->callback([p] { run_prefix(*p); });
   for (auto setup : registered_benches()) setup(*bench);
 }

@@ -42,6 +42,7 @@ struct ServeOptions {
   int max_context = 0;
   bool no_mmap = false;
   std::string device = "cpu";
+  std::string sample_on = "auto";
   std::string lora;
 };
 
@@ -108,6 +109,7 @@ void run_serve(const ServeOptions& o) {
   eo.prefault_kv = true;  // the memory asked for is committed at start; no page faults in the first requests
   eo.kv_dtype = o.kv_dtype;
   eo.max_context = o.max_context;
+  eo.sample_on = o.sample_on;
   auto engine = std::make_shared<infer::Engine>(model, tok, eo);
   server.set_engine(engine);
   log_info("serve: ready in ", timer.seconds(), " s; max context ", engine->max_context(), " tokens, KV cache ",
@@ -135,6 +137,7 @@ void setup_serve(CLI::App& app) {
   add_kv_dtype_option(cmd, &opts->kv_dtype);
   add_no_mmap_flag(cmd, &opts->no_mmap);
   add_device_option(cmd, &opts->device);
+  add_sample_on_option(cmd, &opts->sample_on);
   add_lora_option(cmd, &opts->lora);
   cmd->add_option("--threads", opts->threads, "Compute threads (0 = all cores)")->capture_default_str()->check(CLI::NonNegativeNumber);
   cmd->add_option("--http-threads", opts->http_threads, "Request workers (parsing, templating, formatting)")

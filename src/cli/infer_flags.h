@@ -41,6 +41,17 @@ inline CLI::Option* add_device_option(CLI::App* cmd, std::string* device) {
       ->check(CLI::IsMember({"cpu", "cuda"}));
 }
 
+// --sample-on (shared by generate, chat, serve and bench): where tokens are drawn.
+inline CLI::Option* add_sample_on_option(CLI::App* cmd, std::string* sample_on) {
+  return cmd
+      ->add_option("--sample-on", *sample_on,
+                   "Where tokens are drawn: auto (the model's device), host, or device (next to the logits: only "
+                   "tokens and logprobs leave it); the same tokens either way. Rows with logit bias, penalties or "
+                   "prompt logprobs are always sampled on the host")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "host", "device"}));
+}
+
 // --lora DIR (generate, chat, bench, serve, score): a PEFT LoRA adapter merged at load.
 inline CLI::Option* add_lora_option(CLI::App* cmd, std::string* dir) {
   return cmd->add_option("--lora", *dir,
@@ -65,6 +76,7 @@ struct EngineFlags {
   int threads = 0;
   bool no_mmap = false;
   std::string device = "cpu";
+  std::string sample_on = "auto";
   std::string lora;
 
   void add(CLI::App* cmd) {
@@ -78,6 +90,7 @@ struct EngineFlags {
     cmd->add_option("--threads", threads, "Threads (default: all cores)");
     add_no_mmap_flag(cmd, &no_mmap);
     add_device_option(cmd, &device);
+    add_sample_on_option(cmd, &sample_on);
     add_lora_option(cmd, &lora);
   }
   infer::EngineOptions options() const {
@@ -89,6 +102,7 @@ struct EngineFlags {
     o.kv_dtype = kv_dtype;
     o.prefix_cache = !no_prefix_cache;
     o.max_context = max_context;
+    o.sample_on = sample_on;
     return o;
   }
 };

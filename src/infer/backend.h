@@ -8,10 +8,12 @@
 #include <string>
 #include <vector>
 
+#include "backend/sampling.h"
 #include "infer/engine.h"
 #include "infer/kv_storage.h"
 #include "model/batch.h"
 #include "model/forward_profile.h"
+#include "tensor/tensor.h"
 
 namespace astrai::infer {
 
@@ -24,6 +26,7 @@ struct ModelInfo {
   int32_t max_context = 0;          // max_position_embeddings
   std::vector<int32_t> eos_ids;     // from the model config
   DType weight_dtype = DType::kF32; // of the weight matrices: picks the KV cache dtype under "auto"
+  Device device = Device::kCpu;     // where the forward runs: picks where to sample under "auto"
 };
 
 // A model on a device. make_kv_storage gives the KV cache's page memory on that device (the
@@ -37,6 +40,13 @@ class ForwardBackend {
   virtual const ModelInfo& info() const = 0;
   virtual std::unique_ptr<KvStorage> make_kv_storage(const KvLayout& layout, int32_t pages) const = 0;
   virtual void forward(const model::Batch& batch, const KvStorage& kv, float* logits) = 0;
+  // Sampling next to the logits (EngineOptions::sample_on), for a backend that offers it
+  // (can_sample): forward with logits == nullptr leaves them in the backend's memory; then
+  // copy_logits brings rows [first, first + count) of them to the host, and sample draws
+  // tokens from rows of them (backend/sampling.h), so only the tokens leave the device.
+  virtual bool can_sample() const { return false; }
+  virtual void copy_logits(int64_t first, int64_t count, float* host) const;
+  virtual void sample(const backend::SampleSpec* specs, int64_t n, backend::SampleResult* out) const;
   // Seconds per forward operation since construction (all zero if the model does not measure
   // them).
   virtual model::ForwardProfile profile() const { return {}; }

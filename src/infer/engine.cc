@@ -90,6 +90,13 @@ Engine::Impl::Impl(std::unique_ptr<ForwardBackend> backend, std::unique_ptr<Text
   max_context_ = options.max_context > 0 ? options.max_context : info.max_context;
   if (info.max_context > 0) max_context_ = std::min(max_context_, info.max_context);
   ASTRAI_CHECK(max_context_ >= 2, "engine: context length ", max_context_, " is too small");
+  ASTRAI_CHECK(options.sample_on == "auto" || options.sample_on == "host" ||
+                   options.sample_on == "device",
+               "sample_on must be auto, host or device, got '", options.sample_on, "'");
+  ASTRAI_CHECK(options.sample_on != "device" || backend_->can_sample(),
+               "sample_on device: this model does not sample on its device");
+  device_sampling_ = options.sample_on == "device" ||
+                     (options.sample_on == "auto" && backend_->can_sample() && info.device != Device::kCpu);
   pool_.set_prefix_cache(options.prefix_cache);
   if (options.prefault_kv) kv_->prefault();
   stats_.kv_pages_total = pool_.num_pages();
@@ -390,9 +397,11 @@ void Engine::Impl::presample_rows() {
   presample_items_.clear();
   for (size_t i = 0; i < items_.size(); ++i) {
     const Sequence* seq = items_[i].seq;
-    if (items_[i].sample && !seq->finished && (seq->req->request.sampling.n == 1 || seq->req->forked))
+    if (items_[i].sample && !seq->finished && (seq->req->request.sampling.n == 1 || seq->req->forked) &&
+        !on_device_[i])
       presample_items_.push_back(i);
   }
+  sample_on_device();
   if (presample_items_.empty()) return;
   thread_samplers_.resize(static_cast<size_t>(std::max(1, num_threads())));
   const int32_t vocab = runner_.vocab();
@@ -406,6 +415,64 @@ void Engine::Impl::presample_rows() {
     sampled_[i] = sampler.sample(row, vocab, seq->req->request.sampling, seq->sampler);
     presampled_[i] = 1;
   });
+}
+
+bool Engine::Impl::samples_on_device(const StepItem& item) const {
+  const Sequence* seq = item.seq;
+  const SamplingParams& p = seq->req->request.sampling;
+  return device_sampling_ && item.sample && !item.all_rows && !seq->finished && (p.n == 1 || seq->req->forked) &&
+         p.logit_bias.empty() && p.repetition_penalty == 1.0f && p.presence_penalty == 0.0f &&
+         p.frequency_penalty == 0.0f;
+}
+
+void Engine::Impl::sample_on_device() {
+  device_items_.clear();
+  device_specs_.clear();
+  for (size_t i = 0; i < items_.size(); ++i) {
+    Sequence* seq = items_[i].seq;
+    if (!on_device_[i] || seq->finished) continue;
+    const SamplingParams& p = seq->req->request.sampling;
+    backend::SampleSpec s;
+    s.row = runner_.row(i);
+    s.temperature = p.temperature;
+    s.top_k = p.top_k;
+    s.top_p = p.top_p;
+    s.min_p = p.min_p;
+    s.top_logprobs = p.logprobs;
+    // The host sampler takes one draw per token when it draws (temperature > 0): the same one.
+    s.uniform = p.temperature > 0.0f ? seq->sampler.rng.uniform() : 0.0;
+    device_items_.push_back(i);
+    device_specs_.push_back(s);
+  }
+  if (device_items_.empty()) return;
+  device_results_.resize(device_items_.size());
+  runner_.sample(device_specs_.data(), static_cast<int64_t>(device_specs_.size()), device_results_.data());
+  for (size_t j = 0; j < device_items_.size(); ++j) {
+    const size_t i = device_items_[j];
+    const backend::SampleResult& r = device_results_[j];
+    Sequence* seq = items_[i].seq;
+    const SamplingParams& p = seq->req->request.sampling;
+    SampleOutput& out = sampled_[i];
+    out.token = r.token;
+    out.logprob = TokenLogprob{};
+    if (p.logprobs >= 0) {
+      out.logprob.id = r.token;
+      out.logprob.logprob = r.logprob;
+      for (int32_t k = 0; k < r.num_top; ++k) out.logprob.top.emplace_back(r.top_ids[k], r.top_logprobs[k]);
+    }
+    seq->sampler.observe(r.token, p);
+    presampled_[i] = 1;
+  }
+}
+
+void Engine::Impl::fail_step(const std::exception& e, const char* what) {
+  log_error(what, " failed: ", e.what());
+  for (const auto& item : items_) {
+    RequestState* req = item.seq->req;
+    if (active_.count(req) && !(req->live_sequences == 0)) end_request(req, FinishReason::kError, e.what());
+  }
+  for (RequestState* req : completed_) complete(req);
+  completed_.clear();
 }
 
 void Engine::Impl::sample(Sequence* seq, float* logits) {
@@ -456,17 +523,13 @@ void Engine::Impl::step() {
   int32_t tokens = 0;
   for (const auto& item : items_) tokens += item.num_tokens;
   const double t_schedule = timer.seconds();
+  on_device_.assign(items_.size(), 0);
+  for (size_t i = 0; i < items_.size(); ++i) on_device_[i] = samples_on_device(items_[i]);
   try {
-    runner_.run(items_, *kv_);
+    runner_.run(items_, *kv_, on_device_);
   } catch (const std::exception& e) {
     // The step's K/V may be half written: fail its requests and drop their pages.
-    log_error("forward pass failed: ", e.what());
-    for (const auto& item : items_) {
-      RequestState* req = item.seq->req;
-      if (active_.count(req) && !(req->live_sequences == 0)) end_request(req, FinishReason::kError, e.what());
-    }
-    for (RequestState* req : completed_) complete(req);
-    completed_.clear();
+    fail_step(e, "forward pass");
     return;
   }
   const double t_forward = timer.seconds();
@@ -479,7 +542,13 @@ void Engine::Impl::step() {
     stats_.forward_profile = backend_->profile();
   }
   scheduler_.commit_step();
-  presample_rows();
+  try {
+    presample_rows();
+  } catch (const std::exception& e) {
+    // Sampling on the device failed (its memory, a bad row): no token for this step's requests.
+    fail_step(e, "sampling");
+    return;
+  }
   uint64_t sampled = 0;  // tokens generated this step, for stats
   for (size_t i = 0; i < items_.size(); ++i) {
     Sequence* seq = items_[i].seq;

@@ -57,10 +57,19 @@ class Engine::Impl {
   void sample(Sequence* seq, float* logits);
   // Streams a token sampled for `seq` (sample, or presample_rows).
   void apply_sample(Sequence* seq, const SampleOutput& out);
-  // Samples, over the threads, the rows of this step's items whose choice samples alone (not
-  // about to fork): each row has its own RNG and state, so the tokens do not depend on the
-  // threads. presampled_[i] tells which items got one (in sampled_[i]).
+  // Samples the rows of this step's items whose choice samples alone (not about to fork): on
+  // the device those marked in on_device_, the others over the host's threads; each row has its
+  // own RNG and state, so the tokens do not depend on the threads. presampled_[i] tells which
+  // items got one (in sampled_[i]).
   void presample_rows();
+  // Whether item's row is sampled by the backend next to its logits (EngineOptions::sample_on):
+  // a choice sampling alone, without logit bias, penalties or prompt logprobs.
+  bool samples_on_device(const StepItem& item) const;
+  // The rows of items_ marked in on_device_, sampled by the backend in one call into
+  // sampled_ (presample_rows).
+  void sample_on_device();
+  // Ends the requests of this step's items with an error (a failed forward or device sampling).
+  void fail_step(const std::exception& e, const char* what);
   std::string drain_text(Sequence* seq, FinishReason* finish);
   void prompt_logprobs(Sequence* seq, int32_t first_index, int32_t rows, const float* logits);
   void finish_sequence(Sequence* seq, FinishReason reason, ChoiceDelta* delta);
@@ -80,6 +89,11 @@ class Engine::Impl {
   std::vector<uint8_t> presampled_;
   std::vector<SampleOutput> sampled_;
   std::vector<float> row_copy_;
+  bool device_sampling_ = false;       // options_.sample_on resolved
+  std::vector<uint8_t> on_device_;     // per item of items_: sampled by the backend
+  std::vector<size_t> device_items_;   // sample_on_device: the items, the specs, the results
+  std::vector<backend::SampleSpec> device_specs_;
+  std::vector<backend::SampleResult> device_results_;
   std::vector<StepItem> items_;
   std::unordered_map<RequestState*, Active> active_;
   std::vector<RequestState*> completed_;

@@ -25,6 +25,7 @@ class TransformerBackend : public ForwardBackend {
     info_.max_context = static_cast<int32_t>(std::min<int64_t>(c.context_length(), 1 << 30));
     info_.eos_ids = c.eos_token_ids;
     info_.weight_dtype = model_->weights().embed_tokens.dtype();
+    info_.device = model_->device();
     ws_.profile.enabled = true;  // two clock reads per operation: microseconds per step
   }
   const ModelInfo& info() const override { return info_; }
@@ -33,6 +34,13 @@ class TransformerBackend : public ForwardBackend {
   }
   void forward(const model::Batch& batch, const KvStorage& kv, float* logits) override {
     model_->forward(batch, &kv.paged_kv(), ws_, logits);
+  }
+  bool can_sample() const override { return true; }
+  void copy_logits(int64_t first, int64_t count, float* host) const override {
+    model_->copy_logits(ws_, first, count, host);
+  }
+  void sample(const backend::SampleSpec* specs, int64_t n, backend::SampleResult* out) const override {
+    model_->sample(ws_, specs, n, out);
   }
   model::ForwardProfile profile() const override { return ws_.profile; }
 
@@ -85,6 +93,14 @@ class TokenizerCodec : public TextCodec {
 };
 
 }  // namespace
+
+void ForwardBackend::copy_logits(int64_t, int64_t, float*) const {
+  throw Error("this model keeps no logits on its device (ForwardBackend::can_sample is false)");
+}
+
+void ForwardBackend::sample(const backend::SampleSpec*, int64_t, backend::SampleResult*) const {
+  throw Error("this model does not sample on its device (ForwardBackend::can_sample is false)");
+}
 
 std::unique_ptr<ForwardBackend> make_transformer_backend(std::shared_ptr<const model::Transformer> model) {
   ASTRAI_CHECK(model, "engine: no model");

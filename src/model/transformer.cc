@@ -281,6 +281,7 @@ uint64_t Transformer::decode_step_key(const Batch& b, const PagedKv& kv, const F
 
 void Transformer::forward(const Batch& b, const PagedKv* kv, ForwardWorkspace& ws, float* logits) const {
   ForwardClock clock(ws.profile);
+  ws.kept_rows_ = 0;
   validate_batch(b, kv);
   const ModelConfig& c = config_;
   const backend::Ops& ops = *ops_;
@@ -317,8 +318,10 @@ void Transformer::forward(const Batch& b, const PagedKv* kv, ForwardWorkspace& w
   A.a = A.h = ws.mlp_gate_.grow(ops, static_cast<size_t>(t * f));
   A.b = ws.mlp_up_.grow(ops, static_cast<size_t>(t * f));
   const size_t n_logits = static_cast<size_t>(rows * c.vocab_size);
-  // The host's logits directly on the CPU; on a device, its own buffer, copied back after.
-  float* out = ops.device() == Device::kCpu ? logits : ws.logits_.grow(ops, n_logits);
+  // The host's logits directly on the CPU; on a device, its own buffer, copied back after
+  // unless the caller keeps them there (logits == nullptr).
+  float* out = logits != nullptr && ops.device() == Device::kCpu ? logits : ws.logits_.grow(ops, n_logits);
+  ws.kept_rows_ = logits == nullptr ? rows : 0;
 
   auto body = [&] {
     rope_tables(b, ws);
@@ -351,8 +354,20 @@ void Transformer::forward(const Batch& b, const PagedKv* kv, ForwardWorkspace& w
                                                    [](const SeqSpan& sp) { return sp.num_tokens == 1; });
   if (decode) ops.run_cached(decode_step_key(b, *kv, ws, out), body);
   else body();
-  if (out != logits) ops.to_host(logits, out, n_logits * sizeof(float));
+  if (logits != nullptr && out != logits) ops.to_host(logits, out, n_logits * sizeof(float));
   clock.mark(ForwardOp::kLmHead);
+}
+
+void Transformer::copy_logits(const ForwardWorkspace& ws, int64_t first, int64_t count, float* host) const {
+  ASTRAI_CHECK(first >= 0 && count >= 0 && first + count <= ws.kept_rows_, "copy_logits: rows [", first, ", ",
+               first + count, ") outside the ", ws.kept_rows_, " rows the last forward kept");
+  const size_t v = static_cast<size_t>(config_.vocab_size);
+  ops_->to_host(host, ws.logits_.data() + static_cast<size_t>(first) * v, static_cast<size_t>(count) * v * sizeof(float));
+}
+
+void Transformer::sample(const ForwardWorkspace& ws, const backend::SampleSpec* specs, int64_t n,
+                         backend::SampleResult* out) const {
+  ops_->sample(ws.logits_.data(), ws.kept_rows_, config_.vocab_size, specs, n, out);
 }
 
 }  // namespace astrai::model

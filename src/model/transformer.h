@@ -37,6 +37,7 @@ class ForwardWorkspace {
   // In the model's backend memory.
   backend::Buffer x_, xn_, q_, k_, v_, attn_, gate_, mlp_gate_, mlp_up_, latent_, kvb_, out_rows_, logits_;
   backend::Buffer cos_, sin_;
+  int64_t kept_rows_ = 0;  // rows of logits_ the last forward left there (logits == nullptr)
   std::vector<double> inv_freq_;
   std::vector<backend::SeqRange> seqs_;
 };
@@ -70,12 +71,20 @@ class Transformer {
   int64_t kv_bytes_per_token(DType dtype = DType::kF32) const;
 
   // Computes logits [rows, vocab] (host memory) where rows are batch.logit_rows (in that order)
-  // or every token. Without kv every sequence must have context_len == 0 and attends to its own new
+  // or every token; with logits == nullptr they stay in the workspace, in the backend's memory
+  // (copy_logits, sample). Without kv every sequence must have context_len == 0 and attends to its own new
   // tokens. With kv, each new token's K/V is written to its page slot for every layer, and
   // attention reads positions [0, context_len + j] through the sequence's page table.
   // Throws astrai::Error for an invalid batch (ids outside the vocabulary, short page tables,
   // ...). Not thread-safe per workspace; one Transformer may serve several workspaces.
   void forward(const Batch& batch, const PagedKv* kv, ForwardWorkspace& ws, float* logits) const;
+
+  // After forward(..., ws, nullptr): rows [first, first + count) of its logits into host.
+  void copy_logits(const ForwardWorkspace& ws, int64_t first, int64_t count, float* host) const;
+  // After forward(..., ws, nullptr): a token drawn from each spec's row of its logits, by the
+  // backend next to them (backend::Ops::sample).
+  void sample(const ForwardWorkspace& ws, const backend::SampleSpec* specs, int64_t n,
+              backend::SampleResult* out) const;
 
   // Throws astrai::Error describing the first problem of the batch, if any.
   void validate_batch(const Batch& batch, const PagedKv* kv) const;

@@ -25,19 +25,7 @@
 namespace astrai::model {
 namespace {
 
-ModelWeights random_weights(const ModelConfig& c, DType dtype) {
-  ModelWeights w = ModelWeights::allocate(c);
-  std::mt19937 rng(11);
-  std::normal_distribution<float> nd(0.0f, 1.0f);
-  for (auto& p : w.params(c)) {
-    Tensor& t = *p.tensor;
-    const bool vec = t.ndim() == 1, norm = p.name.find("norm") != std::string::npos;
-    const float scale = vec ? 0.2f : 1.0f / std::sqrt(static_cast<float>(t.dim(-1)));
-    for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = (norm ? 1.0f : 0.0f) + scale * nd(rng);
-    if (dtype != DType::kF32) t = t.to(dtype);
-  }
-  return w;
-}
+ModelWeights random_weights(const ModelConfig& c, DType dtype) { return testing_util::random_weights(c, 11, dtype); }
 
 // Zeroed pages for every layer in one backend's memory.
 struct Pages {

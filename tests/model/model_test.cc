@@ -335,20 +335,7 @@ TEST(Safetensors, MisalignedTensorsAreCopiedOut) {
 
 // ---------------------------------------------------------------------------- forward
 
-// Owned weights filled with N(0, 1/fan_in) (norms around 1), as the trainer would hold them.
-ModelWeights random_weights(const ModelConfig& c, uint32_t seed) {
-  ModelWeights w = ModelWeights::allocate(c);
-  std::mt19937 rng(seed);
-  for (auto& p : w.params(c)) {
-    std::normal_distribution<float> nd(0.0f, 1.0f);
-    Tensor& t = *p.tensor;
-    const bool vec = t.ndim() == 1;
-    const float scale = vec ? 0.2f : 1.0f / std::sqrt(static_cast<float>(t.dim(-1)));
-    const bool norm = p.name.find("norm") != std::string::npos;
-    for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = (norm ? 1.0f : 0.0f) + scale * nd(rng);
-  }
-  return w;
-}
+ModelWeights random_weights(const ModelConfig& c, uint32_t seed) { return testing_util::random_weights(c, seed); }
 
 Json mla_json() { return testing_util::with_mla(llama_json()); }
 
