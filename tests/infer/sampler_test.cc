@@ -78,6 +78,23 @@ TEST(Sampler, TopKTopPMinPRestrictTheSupport) {
   EXPECT_NEAR(h[3] / 20000.0, 0.05, 0.01);
 }
 
+// Top-p's nucleus is measured against the whole mass that survived (as HF's warper does), also
+// when a long tail of small weights sits below the candidates' threshold: probabilities 1/2.1,
+// ten of 0.1/2.1 and a tail of 1000 x 0.0001/2.1. top_p 0.9 keeps the head and nine of the ten
+// (1.9/2.1 >= 0.9 > 1.8/2.1); measured against the candidates' 2.0 only, it kept the head and eight.
+TEST(Sampler, TopPCountsTheMassBelowTheCandidatesThreshold) {
+  std::vector<float> l(1011, std::log(0.0001f));
+  l[0] = 0.0f;
+  for (int i = 1; i <= 10; ++i) l[static_cast<size_t>(i)] = std::log(0.1f);
+  auto p = params(1);
+  p.top_p = 0.9f;
+  const auto h = histogram(l, p, 6000);
+  EXPECT_EQ(h.size(), 10u);  // the head and ids 1..9 (equal weights keep the lower ids)
+  EXPECT_GT(h.count(9), 0u);
+  EXPECT_EQ(h.count(10), 0u);
+  EXPECT_EQ(h.rbegin()->first, 9);
+}
+
 TEST(Sampler, SeedReproducesAndTemperatureSharpens) {
   std::vector<float> l(50);
   for (int i = 0; i < 50; ++i) l[i] = std::sin(i * 1.7f) * 0.5f + i * 0.1f;
