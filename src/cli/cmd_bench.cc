@@ -326,7 +326,7 @@ void run_decode(const DecodeFlags& f) {
   Json report = {{"params", m->num_parameters()}, {"weight_bytes", weight_bytes}, {"copy_bw", bw},
                  {"cpu", cpu.model}, {"kernels", level}, {"device", on_cpu ? "cpu" : "cuda"},
                  {"activations", kernels::activations_name(kernels::activations())},
-                 {"bf16_dot", kernels::bf16_dot_name()}};
+                 {"bf16_dot", kernels::bf16_dot_name()}, {"sample_on", f.engine.sample_on}};
   double tps1 = 0;
   for (int b : f.batches) {
     RunStats s = run_batch(m, b, f.prompt, f.gen, false, f.engine);

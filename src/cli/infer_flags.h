@@ -45,9 +45,9 @@ inline CLI::Option* add_device_option(CLI::App* cmd, std::string* device) {
 inline CLI::Option* add_sample_on_option(CLI::App* cmd, std::string* sample_on) {
   return cmd
       ->add_option("--sample-on", *sample_on,
-                   "Where tokens are drawn: auto (the model's device), host, or device (next to the logits: only "
-                   "tokens and logprobs leave it); the same tokens either way. Rows with logit bias, penalties or "
-                   "prompt logprobs are always sampled on the host")
+                   "Where tokens are drawn: host, device (next to the logits: only tokens and logprobs leave it; "
+                   "with --device cuda not yet run on a GPU) or auto (the host for now); the same tokens either way. "
+                   "Rows with logit bias, penalties or prompt logprobs are always sampled on the host")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "host", "device"}));
 }

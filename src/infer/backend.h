@@ -13,7 +13,6 @@
 #include "infer/kv_storage.h"
 #include "model/batch.h"
 #include "model/forward_profile.h"
-#include "tensor/tensor.h"
 
 namespace astrai::infer {
 
@@ -26,7 +25,6 @@ struct ModelInfo {
   int32_t max_context = 0;          // max_position_embeddings
   std::vector<int32_t> eos_ids;     // from the model config
   DType weight_dtype = DType::kF32; // of the weight matrices: picks the KV cache dtype under "auto"
-  Device device = Device::kCpu;     // where the forward runs: picks where to sample under "auto"
 };
 
 // A model on a device. make_kv_storage gives the KV cache's page memory on that device (the

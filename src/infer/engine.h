@@ -133,9 +133,9 @@ struct EngineOptions {
   int32_t max_context = 0;           // 0 = the model's max_position_embeddings
   // Where tokens are drawn: "host" (the engine's sampler over logits copied to the host),
   // "device" (next to the logits, by the model's backend: backend/sampling.h; only the tokens
-  // and their logprobs come back), or "auto": device when the model is not on the CPU. Rows
-  // with logit bias or penalties, prompt logprobs, or n > 1 choices about to fork are always
-  // sampled on the host. Both give the same tokens and logprobs.
+  // and their logprobs come back), or "auto": the host for now (sampling on a GPU has not run
+  // on one yet; docs/inference.md). Rows with logit bias or penalties, prompt logprobs, or n > 1
+  // choices about to fork are always sampled on the host. Both give the same tokens and logprobs.
   std::string sample_on = "auto";
 };
 

@@ -25,7 +25,6 @@ class TransformerBackend : public ForwardBackend {
     info_.max_context = static_cast<int32_t>(std::min<int64_t>(c.context_length(), 1 << 30));
     info_.eos_ids = c.eos_token_ids;
     info_.weight_dtype = model_->weights().embed_tokens.dtype();
-    info_.device = model_->device();
     ws_.profile.enabled = true;  // two clock reads per operation: microseconds per step
   }
   const ModelInfo& info() const override { return info_; }

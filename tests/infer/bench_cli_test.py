@@ -32,6 +32,19 @@ def run(args):
     return subprocess.run([ASTRAI, *args], capture_output=True, text=True, timeout=300)
 
 
+def sampled_on_device():
+    """--sample-on device: tokens drawn by the backend (here the CPU's Ops::sample), same report."""
+    r = run(["bench", "decode", *TINY, "--prompt", "40", "--gen", "16", "--batches", "2", "--sample-on", "device",
+             "--json"])
+    check(r.returncode == 0, f"bench decode --sample-on device exits 0 ({r.stderr.strip()[-200:]})")
+    if r.returncode == 0:
+        report = json.loads(r.stdout.strip().splitlines()[-1])
+        check(report["sample_on"] == "device" and report["batches"][0]["tokens_per_s"] > 0,
+              "--sample-on device: reported, with a rate")
+    r = run(["bench", "decode", *TINY, "--batches", "1", "--sample-on", "gpu"])
+    check(r.returncode != 0 and "sample-on" in r.stderr, "--sample-on gpu is refused, naming the flag")
+
+
 def decode():
     r = run(["bench", "decode", *TINY, "--prompt", "40", "--gen", "24", "--batches", "1", "3",
              "--kv-dtype", "bf16", "--profile", "--json"])
@@ -40,6 +53,7 @@ def decode():
         return
     report = json.loads(r.stdout.strip().splitlines()[-1])
     check(report["kv_dtype"] == "BF16", "the report names the KV dtype asked for")
+    check(report["sample_on"] == "auto", "the report names where tokens are drawn")
     check([b["batch"] for b in report["batches"]] == [1, 3], "one entry per batch size")
     for b in report["batches"]:
         n = b["batch"]
@@ -100,6 +114,7 @@ def bad_input():
 
 def main():
     decode()
+    sampled_on_device()
     prefill()
     prefix()
     bad_input()
