@@ -158,9 +158,9 @@ ASTRAI_HOST_DEVICE int64_t first_equal(const B& blk, Shared& sh, const float* x,
 }
 
 // The k best of x (value desc, id asc; NaNs never) into ids, best first: k rounds, each the
-// best after the last one taken.
+// best after the last one taken; returns how many there are (fewer than k when the rest are NaN).
 template <class B>
-ASTRAI_HOST_DEVICE void top_ids(const B& blk, Shared& sh, const float* x, int64_t n, int32_t k, int32_t* ids) {
+ASTRAI_HOST_DEVICE int32_t top_ids(const B& blk, Shared& sh, const float* x, int64_t n, int32_t k, int32_t* ids) {
   float last_v = 0.0f;
   int64_t last_id = -1;  // none taken yet
   for (int32_t r = 0; r < k; ++r) {
@@ -195,8 +195,10 @@ ASTRAI_HOST_DEVICE void top_ids(const B& blk, Shared& sh, const float* x, int64_
     });
     last_v = sh.scalar_f;
     last_id = sh.scalar_i;
-    ids[r] = static_cast<int32_t>(last_id < 0 ? 0 : last_id);
+    if (last_id < 0) return r;  // every thread read the same: they leave together
+    ids[r] = static_cast<int32_t>(last_id);
   }
+  return k;
 }
 
 // The sampler's draw over all weights: the index i with prefix(i) <= target < prefix(i + 1),
@@ -342,8 +344,8 @@ ASTRAI_HOST_DEVICE void sample_row(const B& blk, Shared& sh, const float* x, int
     const float mx = row_max(blk, sh, x, vocab);
     shifted_exp(blk, x, vocab, mx, 1.0f, sc.w);
     lse = mx + static_cast<float>(log(row_sum8(blk, sh, sc.w, vocab, 0.0f)));
-    const int32_t k = s.top_logprobs < vocab ? s.top_logprobs : static_cast<int32_t>(vocab);
-    top_ids(blk, sh, x, vocab, k, out.top_ids);
+    const int32_t k = top_ids(blk, sh, x, vocab, s.top_logprobs < vocab ? s.top_logprobs : static_cast<int32_t>(vocab),
+                              out.top_ids);
     blk.each([&](int t) {
       if (t != 0) return;
       out.num_top = k;

@@ -136,14 +136,15 @@ int32_t draw(const float* w, int64_t n, double target) {
   return static_cast<int32_t>(last);
 }
 
-// The n best (value desc, id asc) of logits into ids, best first; one pass: an element enters
-// only when it beats the current n-th (ids are scanned in increasing order, so on equal values
-// the one already held stays ahead).
+// The n best (value desc, id asc) of logits into ids, best first, NaNs never (fewer than n when
+// the rest are NaN); one pass: an element enters only when it beats the current n-th (ids are
+// scanned in increasing order, so on equal values the one already held stays ahead).
 void top_ids(const float* logits, int32_t vocab, int32_t n, std::vector<int32_t>* ids) {
   ids->clear();
   if (n <= 0) return;
   for (int32_t i = 0; i < vocab; ++i) {
     const float v = logits[i];
+    if (std::isnan(v)) continue;
     if (static_cast<int32_t>(ids->size()) == n && !(v > logits[ids->back()])) continue;
     if (static_cast<int32_t>(ids->size()) < n) ids->push_back(i);
     else ids->back() = i;

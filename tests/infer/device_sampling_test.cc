@@ -29,13 +29,18 @@ namespace {
 using backend::SampleResult;
 using backend::SampleSpec;
 
-// A row of logits: `kind` 0 spread normal, 1 peaked, 2 many ties (few distinct values), 3 flat.
+// A row of logits: `kind` 0 spread normal, 1 peaked, 2 many ties (few distinct values), 3 flat,
+// 4 spread with NaNs (a broken model) and -infs (banned tokens) among them.
 std::vector<float> random_row(std::mt19937_64& rng, int32_t vocab, int kind) {
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::vector<float> row(static_cast<size_t>(vocab));
   for (float& x : row) {
     const float z = normal(rng);
     x = kind == 0 ? 3.0f * z : kind == 1 ? 12.0f * z : kind == 2 ? std::round(2.0f * z) : 0.01f * z;
+    if (kind == 4) {
+      const uint64_t u = rng() % 10;
+      x = u == 0 ? std::nanf("") : u == 1 ? -INFINITY : 3.0f * z;
+    }
   }
   return row;
 }
@@ -103,7 +108,7 @@ TEST(DeviceSampling, EqualsTheEnginesSamplerOnRandomRowsAndSettings) {
   const int32_t vocabs[] = {1, 7, 300, 4099, 32000};
   int cases = 0;
   for (int32_t vocab : vocabs)
-    for (int kind = 0; kind < 4; ++kind)
+    for (int kind = 0; kind < 5; ++kind)
       for (int rep = 0; rep < 12; ++rep) {
         const std::vector<float> row = random_row(rng, vocab, kind);
         uint64_t seed = 0;
@@ -113,7 +118,7 @@ TEST(DeviceSampling, EqualsTheEnginesSamplerOnRandomRowsAndSettings) {
         expect_same(engine_sample(row, s, seed), got, s, "cpu_ops");
         ++cases;
       }
-  EXPECT_EQ(cases, 240);
+  EXPECT_EQ(cases, 300);
 }
 
 // Several rows in one call, each by its own spec (rows may repeat: n choices of one prompt).

@@ -55,6 +55,15 @@ TEST(Sampler, NanLogitsAreSkipped) {
   auto h = histogram({nan, 0.0f, 0.5f, nan, 0.2f}, params(1), 2000);
   EXPECT_EQ(h.count(0) + h.count(3), 0u);
   EXPECT_EQ(h[1] + h[2] + h[4], 2000);
+  // Nor listed among the top logprobs (a NaN there would also be invalid JSON): fewer entries.
+  p.logprobs = 5;
+  auto l2 = logits_of({nan, 1, 3, nan, 3});
+  const auto out = s.sample(l2.data(), 5, p, st);
+  ASSERT_EQ(out.logprob.top.size(), 3u);
+  EXPECT_EQ(out.logprob.top[0].first, 2);
+  EXPECT_EQ(out.logprob.top[1].first, 4);
+  EXPECT_EQ(out.logprob.top[2].first, 1);
+  for (const auto& [id, lp] : out.logprob.top) EXPECT_TRUE(std::isfinite(lp)) << id;
 }
 
 TEST(Sampler, TopKTopPMinPRestrictTheSupport) {
