@@ -367,8 +367,8 @@ ASTRAI_HOST_DEVICE void sample_row(const B& blk, Shared& sh, const float* x, int
     } else {
       int64_t count = 0;
       if (need_sort) {
-        const double total = row_sum8(blk, sh, sc.w, vocab, 0.0f);
-        const double need_mass = s.top_p < 1.0f ? s.top_p * total : 0.0;
+        const double total = s.top_p < 1.0f ? row_sum8(blk, sh, sc.w, vocab, 0.0f) : 0.0;  // top-p's alone
+        const double need_mass = s.top_p * total;
         const int64_t need_count = s.top_k > 0 ? (s.top_k < vocab ? s.top_k : vocab) : 1;
         const float thr = candidates_threshold(blk, sh, sc.w, vocab, need_mass, need_count);
         count = gather_candidates(blk, sh, sc.w, vocab, thr, floor_w, sc.keys);

@@ -229,8 +229,8 @@ SampleOutput Sampler::sample(float* logits, int32_t vocab, const SamplingParams&
       if (need_sort) {
         // Only tokens with weight >= a threshold can be in the top-k / nucleus; lower the
         // threshold geometrically until the kept set is big enough, then sort just that set.
-        const double total = sum8(probs_.data(), vocab);
-        const double need_mass = p.top_p < 1.0f ? p.top_p * total : 0.0;
+        const double total = p.top_p < 1.0f ? sum8(probs_.data(), vocab) : 0.0;  // top-p's alone
+        const double need_mass = p.top_p * total;
         const int32_t need_count = p.top_k > 0 ? std::min(p.top_k, vocab) : 1;
         const float thr = candidates_threshold(probs_.data(), vocab, need_mass, need_count);
         for (int32_t i = 0; i < vocab; ++i)
