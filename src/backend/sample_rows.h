@@ -35,20 +35,44 @@ ASTRAI_HOST_DEVICE inline float vpow2i(float n) {
 }
 #include "kernels/exp_approx.inc"
 
+// ---- what the engine's sampler (infer/sampler.cc) shares with this file ----
+constexpr int kChains = 8;           // interleaved double sums
+constexpr int kSteps = 34;           // candidate thresholds 2^-(1 + 3k), k < kSteps, then 0
+constexpr int64_t kDrawBlock = 256;  // positions per block of the draw's scan
+
+// The kChains partial sums added in their fixed tree.
+ASTRAI_HOST_DEVICE inline double tree8(const double* p) {
+  return ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]));
+}
+
+// The first candidate threshold 2^-(1 + 3k) a weight w in [0, 1] reaches (its binary exponent
+// is >= -(1 + 3k)), kSteps when only the threshold 0 does; zero and subnormals count as 2^-127.
+ASTRAI_HOST_DEVICE inline int threshold_bucket(float w) {
+  uint32_t bits;
+  memcpy(&bits, &w, sizeof bits);
+  const int e = static_cast<int>((bits >> 23) & 0xff) - 127;
+  const int k = e >= -1 ? 0 : (-1 - e + 2) / 3;  // ceil((-1 - e) / 3)
+  return k < kSteps ? k : kSteps;
+}
+
+// 2^-(1 + 3k), exactly.
+ASTRAI_HOST_DEVICE inline float threshold_value(int k) {
+  const uint32_t bits = static_cast<uint32_t>(127 - (1 + 3 * k)) << 23;
+  float thr;
+  memcpy(&thr, &bits, sizeof thr);
+  return thr;
+}
+
 constexpr int kMaxThreads = 256;  // threads of a block, at most
-constexpr int kChains = 8;        // the sampler's interleaved double sums
-constexpr int kSteps = 34;        // candidate thresholds 2^-(1 + 3k), k < kSteps, then 0
-constexpr int64_t kDrawBlock = 256;
 
 // What a block's threads share (CUDA: __shared__).
 struct Shared {
   float f[kMaxThreads];
   int64_t i[kMaxThreads];
   double chain[kChains];
-  double mass[kChains][kSteps + 1];
-  int64_t count[kChains][kSteps + 1];
+  double mass[kSteps + 1][kChains];  // [bucket][chain]
+  int64_t count[kSteps + 1][kChains];
   float scalar_f;
-  double scalar_d;
   int64_t scalar_i;
 };
 
@@ -120,8 +144,7 @@ ASTRAI_HOST_DEVICE double row_sum8(const B& blk, Shared& sh, const float* x, int
       sh.chain[c] = s;
     }
   });
-  const double* p = sh.chain;
-  return ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]));
+  return tree8(sh.chain);
 }
 
 // out[i] = exp_approx((x[i] - shift) * scale), 0 where that argument is below -87 or NaN.
@@ -214,7 +237,7 @@ ASTRAI_HOST_DEVICE int64_t draw_all(const B& blk, Shared& sh, const float* w, in
       double part[kChains] = {0, 0, 0, 0, 0, 0, 0, 0};
       for (int64_t i = 0; i < kDrawBlock; i += kChains)
         for (int c = 0; c < kChains; ++c) part[c] += x[i + c];
-      blocks[k] = ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
+      blocks[k] = tree8(part);
     }
   });
   blk.each([&](int t) {
@@ -249,32 +272,22 @@ ASTRAI_HOST_DEVICE float candidates_threshold(const B& blk, Shared& sh, const fl
   blk.each([&](int t) {
     for (int c = t; c < kChains; c += blk.threads) {
       for (int k = 0; k <= kSteps; ++k) {
-        sh.mass[c][k] = 0;
-        sh.count[c][k] = 0;
+        sh.mass[k][c] = 0;
+        sh.count[k][c] = 0;
       }
       for (int64_t i = c; i < n; i += kChains) {
-        uint32_t bits;
-        memcpy(&bits, &w[i], 4);
-        const int e = static_cast<int>((bits >> 23) & 0xff) - 127;
-        const int k = e >= -1 ? 0 : (-1 - e + 2) / 3;
-        const int b = k < kSteps ? k : kSteps;
-        sh.mass[c][b] += w[i];
-        sh.count[c][b] += 1;
+        const int b = threshold_bucket(w[i]);
+        sh.mass[b][c] += w[i];
+        sh.count[b][c] += 1;
       }
     }
   });
   double cum_mass = 0;
   int64_t cum_count = 0;
   for (int k = 0; k < kSteps; ++k) {
-    const double(*m)[kSteps + 1] = sh.mass;
-    cum_mass += ((m[0][k] + m[1][k]) + (m[2][k] + m[3][k])) + ((m[4][k] + m[5][k]) + (m[6][k] + m[7][k]));
-    for (int c = 0; c < kChains; ++c) cum_count += sh.count[c][k];
-    if (cum_mass >= need_mass && cum_count >= need_count) {
-      const uint32_t bits = static_cast<uint32_t>(127 - (1 + 3 * k)) << 23;  // 2^-(1 + 3k)
-      float thr;
-      memcpy(&thr, &bits, sizeof thr);
-      return thr;
-    }
+    cum_mass += tree8(sh.mass[k]);
+    for (int c = 0; c < kChains; ++c) cum_count += sh.count[k][c];
+    if (cum_mass >= need_mass && cum_count >= need_count) return threshold_value(k);
   }
   return 0.0f;
 }
@@ -339,9 +352,9 @@ ASTRAI_HOST_DEVICE void sort_candidates(const B& blk, uint64_t* keys, int64_t co
 template <class B>
 ASTRAI_HOST_DEVICE void sample_row(const B& blk, Shared& sh, const float* x, int64_t vocab, const SampleSpec& s,
                                    const RowScratch& sc, SampleResult& out) {
+  const float mx = row_max(blk, sh, x, vocab);  // the logprobs', greedy's and the weights' shift
   float lse = 0.0f;
   if (s.top_logprobs >= 0) {
-    const float mx = row_max(blk, sh, x, vocab);
     shifted_exp(blk, x, vocab, mx, 1.0f, sc.w);
     lse = mx + static_cast<float>(log(row_sum8(blk, sh, sc.w, vocab, 0.0f)));
     const int32_t k = top_ids(blk, sh, x, vocab, s.top_logprobs < vocab ? s.top_logprobs : static_cast<int32_t>(vocab),
@@ -355,10 +368,9 @@ ASTRAI_HOST_DEVICE void sample_row(const B& blk, Shared& sh, const float* x, int
 
   int64_t token = 0;
   if (s.temperature == 0.0f) {
-    token = first_equal(blk, sh, x, vocab, row_max(blk, sh, x, vocab));
+    token = first_equal(blk, sh, x, vocab, mx);
   } else {
     const float inv_t = 1.0f / s.temperature;
-    const float mx = row_max(blk, sh, x, vocab);
     shifted_exp(blk, x, vocab, mx, inv_t, sc.w);  // the best -> 1
     const bool need_sort = s.top_k > 0 || s.top_p < 1.0f;
     const float floor_w = s.min_p > 0.0f ? s.min_p : 0.0f;

@@ -398,10 +398,7 @@ void Engine::Impl::presample_rows() {
   sampled_.resize(items_.size());
   presample_items_.clear();
   for (size_t i = 0; i < items_.size(); ++i) {
-    const Sequence* seq = items_[i].seq;
-    if (items_[i].sample && !seq->finished && (seq->req->request.sampling.n == 1 || seq->req->forked) &&
-        !on_device_[i])
-      presample_items_.push_back(i);
+    if (samples_alone(items_[i]) && !on_device_[i]) presample_items_.push_back(i);
   }
   sample_on_device();
   if (presample_items_.empty()) return;
@@ -419,12 +416,15 @@ void Engine::Impl::presample_rows() {
   });
 }
 
-bool Engine::Impl::samples_on_device(const StepItem& item) const {
+bool Engine::Impl::samples_alone(const StepItem& item) const {
   const Sequence* seq = item.seq;
-  const SamplingParams& p = seq->req->request.sampling;
-  return device_sampling_ && item.sample && !item.all_rows && !seq->finished && (p.n == 1 || seq->req->forked) &&
-         p.logit_bias.empty() && p.repetition_penalty == 1.0f && p.presence_penalty == 0.0f &&
-         p.frequency_penalty == 0.0f;
+  return item.sample && !seq->finished && (seq->req->request.sampling.n == 1 || seq->req->forked);
+}
+
+bool Engine::Impl::samples_on_device(const StepItem& item) const {
+  const SamplingParams& p = item.seq->req->request.sampling;
+  return device_sampling_ && samples_alone(item) && !item.all_rows && p.logit_bias.empty() &&
+         p.repetition_penalty == 1.0f && p.presence_penalty == 0.0f && p.frequency_penalty == 0.0f;
 }
 
 void Engine::Impl::sample_on_device() {

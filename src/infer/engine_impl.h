@@ -62,6 +62,8 @@ class Engine::Impl {
   // own RNG and state, so the tokens do not depend on the threads. presampled_[i] tells which
   // items got one (in sampled_[i]).
   void presample_rows();
+  // Whether item samples a token for its choice alone (not finished, not about to fork).
+  bool samples_alone(const StepItem& item) const;
   // Whether item's row is sampled by the backend next to its logits (EngineOptions::sample_on):
   // a choice sampling alone, without logit bias, penalties or prompt logprobs.
   bool samples_on_device(const StepItem& item) const;

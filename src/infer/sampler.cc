@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <limits>
 
+#include "backend/sample_rows.h"
 #include "base/error.h"
 #include "kernels/cpu/softmax.h"
 
@@ -49,6 +49,13 @@ void validate_sampling(const SamplingParams& p, int32_t vocab) {
 
 namespace {
 
+// The constants and pieces the device's sampler (backend/sample_rows.h) computes the same way.
+using backend::sampling::kDrawBlock;
+using backend::sampling::kSteps;
+using backend::sampling::threshold_bucket;
+using backend::sampling::threshold_value;
+using backend::sampling::tree8;
+
 // Σ w[i] in double over 8 interleaved chains added in a fixed order: the same value every call,
 // about 8x faster than one chain of dependent adds.
 double sum8(const float* w, int64_t n) {
@@ -58,14 +65,14 @@ double sum8(const float* w, int64_t n) {
     for (int j = 0; j < 8; ++j) part[j] += w[i + j];
   const int64_t rest = n - i;  // < 8
   for (int j = 0; j < 8 && j < rest; ++j) part[j] += w[i + j];
-  return ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
+  return tree8(part);
 }
 
 // sum8 with the values below floor counted as 0.
 double sum8_at_least(const float* w, int64_t n, float floor) {
   double part[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   for (int64_t i = 0; i < n; ++i) part[i & 7] += w[i] >= floor ? w[i] : 0.0f;
-  return ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
+  return tree8(part);
 }
 
 // max of w[0, n) over 8 chains (max is exact, so any order gives the same value); NaNs are
@@ -89,31 +96,22 @@ float max8(const float* w, int64_t n) {
 // of the first threshold it reaches (eight interleaved copies of the buckets, so that runs of
 // weights in one bucket do not wait on each other), and the buckets are then summed in order.
 float candidates_threshold(const float* w, int64_t n, double need_mass, int64_t need_count) {
-  constexpr int kSteps = 34;  // thresholds 2^-(1 + 3k), k < 34; bucket 34: only the threshold 0
-  double mass[8][kSteps + 1] = {};
-  int64_t count[8][kSteps + 1] = {};
+  double mass[kSteps + 1][8] = {};  // [bucket][chain]; bucket kSteps: only the threshold 0
+  int64_t count[kSteps + 1][8] = {};
   for (int64_t i = 0; i < n; ++i) {
-    uint32_t bits;
-    std::memcpy(&bits, &w[i], 4);
-    const int e = static_cast<int>((bits >> 23) & 0xff) - 127;  // zero and subnormals: -127
-    const int k = e >= -1 ? 0 : (-1 - e + 2) / 3;                 // ceil((-1 - e) / 3)
-    const int b = k < kSteps ? k : kSteps;
-    mass[i & 7][b] += w[i];
-    count[i & 7][b] += 1;
+    const int b = threshold_bucket(w[i]);
+    mass[b][i & 7] += w[i];
+    count[b][i & 7] += 1;
   }
   double cum_mass = 0;
   int64_t cum_count = 0;
   for (int k = 0; k < kSteps; ++k) {
-    cum_mass += ((mass[0][k] + mass[1][k]) + (mass[2][k] + mass[3][k])) +
-                ((mass[4][k] + mass[5][k]) + (mass[6][k] + mass[7][k]));
-    for (int c = 0; c < 8; ++c) cum_count += count[c][k];
-    if (cum_mass >= need_mass && cum_count >= need_count) return std::ldexp(1.0f, -(1 + 3 * k));
+    cum_mass += tree8(mass[k]);
+    for (int c = 0; c < 8; ++c) cum_count += count[k][c];
+    if (cum_mass >= need_mass && cum_count >= need_count) return threshold_value(k);
   }
   return 0.0f;
 }
-
-// Positions per block of the draw's scan (draw below).
-constexpr int64_t kDrawBlock = 256;
 
 // The index i with prefix(i) <= target < prefix(i + 1) over the weights w (the last one when
 // target reaches the total): block sums (sum8) first, then one block scanned element by element.
