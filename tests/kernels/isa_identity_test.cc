@@ -286,12 +286,15 @@ TEST_P(IsaIdentity, LinearQ8ActivationsWithAndWithoutVnni) {
     ~ScopedVnni() { set_vnni(saved); }
     bool saved;
   };
+  // v4 takes two whole groups of 8 W rows at once by tiles of 4 rows (pairs_groups): rows of
+  // x past a row block and 1-3 left over, an odd group and a partial one after the pairs.
   const std::vector<LinearShape> q32_shapes = {{1, 8, 32},    {2, 16, 96},   {3, 24, 160},   {4, 13, 288},
                                                {1, 19, 512},  {5, 8, 32},    {6, 16, 64},    {7, 13, 96},
-                                               {13, 40, 256}, {64, 24, 512}, {65, 30, 160},  {130, 17, 1024}};
-  const std::vector<LinearShape> k_shapes = {{1, 16, 256},  {2, 9, 512},   {3, 24, 768},   {4, 17, 1024},
-                                             {9, 16, 256},  {13, 40, 512}, {33, 24, 768},  {65, 17, 1024},
-                                             {130, 9, 256}};
+                                               {13, 40, 256}, {64, 24, 512}, {65, 30, 160},  {130, 17, 1024},
+                                               {7, 32, 96},   {11, 52, 64}};
+  const std::vector<LinearShape> k_shapes = {{1, 16, 256},  {2, 9, 512},   {3, 24, 768},  {4, 17, 1024},
+                                             {9, 16, 256},  {13, 40, 512}, {33, 24, 768}, {65, 17, 1024},
+                                             {130, 9, 256}, {6, 32, 512},  {7, 48, 256},  {11, 20, 768}};
   for (bool on : {true, false}) {
     ScopedVnni vnni(on);
     for (DType dt : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {

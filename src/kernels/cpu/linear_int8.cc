@@ -9,7 +9,8 @@
 // whose lanes are the outputs, so the f32 chain of every output runs in its own lane. With more
 // rows than one tile, Q4_0, Q4_K, Q5_K and Q6_K groups are first interleaved by output in cache (see
 // "Many rows" below), which needs no reduction at all; where the CPU has VNNI, every format, Q8_0
-// too, takes that route with vpdpbusd (see "VNNI"; zmm on v4). The tiles of up to 4 rows
+// too, takes that route with vpdpbusd (see "VNNI"; zmm on v4, by two groups of 8 outputs at once
+// but for Q6_K: pairs_groups). The tiles of up to 4 rows
 // (linear_int8_tiles.inc) run with VNNI too: on v3 the k-quants' (AVX-VNNI), on v4 zmm tiles of
 // their own for Q4_0, Q4_K, Q5_K and Q6_K (tile_q4_0_in_place, tile_q4k_in_place,
 // tile_q6k_in_place).
@@ -155,6 +156,19 @@ constexpr int64_t vnni_steps_from(DType t) {
   return t == DType::kQ8_0 ? kQ8StepsFrom : kTileRows;
 #else
   return is_k_quant(t) ? 2 * kTileRows : kTileRows;
+#endif
+}
+
+// Whether run_group hands outputs<T> two whole groups of one matrix at once (16 W rows): v4's
+// VNNI steps (tiles of 4 rows by 16 outputs) of Q8_0, Q4_0, Q4_K and Q5_K. gemm_bench's quantized
+// table, one thread, five alternating rounds (Zen 5): 1.07-1.21x at 32 and 512 rows; Q6_K (a
+// scale per 16 weights, so a multiply per two vpdpbusd) 0.94-1.00x, so it keeps one group.
+constexpr bool pairs_type(DType t) { return t != DType::kQ6_K; }
+inline bool pairs_groups([[maybe_unused]] DType t, [[maybe_unused]] int64_t rows, [[maybe_unused]] bool vnni) {
+#if defined(ASTRAI_ISA_V4)
+  return vnni && pairs_type(t) && rows > vnni_steps_from(t);
+#else
+  return false;
 #endif
 }
 
@@ -770,77 +784,123 @@ inline void split_pairs(const __m512* acc2, __m256* acc) {
 }
 #endif
 
-// Q8_0 or Q4_0 steps (interleave_q8_0, interleave_q4_0): R rows from i0 times the group.
+// The tiles below take G groups of 8 W rows at once (steps[g], scales[g]; outputs 8g.. at y + 8g):
+// each activation broadcast then feeds G vpdpbusd. G = 2 (v4, rows in tiles of 4; outputs_steps)
+// needs 0.75 loads per vpdpbusd against 1.125 for one group by 8 rows, and the loads, not the
+// multiplies, bound these tiles (Zen 5: 4 rows x 2 groups ran a microbenchmark of the loop 1.25-1.4x
+// faster than 8 rows x 1). Each group's sums and their ending are the same either way, so the bits.
+
+// Q8_0 or Q4_0, the end of block b of one group: acc[r] += (d_w d_x) * float(sum - c), v4 two rows
+// per zmm (pair_sums) in acc2, each lane ended as add_block ends it.
 template <DType T, int R>
-void tile_q32_steps(const ActRows& a, int64_t i0, const uint8_t* steps, const float* scales, int64_t nb,
-                    const float* bias, float* y, int64_t ldy) {
+inline void end_q32_block(const ActRows& a, int64_t i0, const uint8_t* blk, const float* scales, int64_t b,
+                          const IVec* s, __m256* acc, [[maybe_unused]] __m512* acc2) {
   constexpr bool kSigned = signed_steps(T);  // signed steps, 128 * sum q_w after
-  constexpr int64_t kBlockBytes = kSigned ? kQ8StepBlock : kBlockSteps * kStepBytes;
   const int64_t nbx = a.k / kQBlock;
-  __m256 acc[R];
-  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+  const __m256 dw = _mm256_loadu_ps(scales + b * 8);
+  int r = 0;
 #if defined(ASTRAI_ISA_V4)
-  __m512 acc2[(R + 1) / 2];
-  for (int p = 0; p < (R + 1) / 2; ++p) acc2[p] = _mm512_setzero_ps();
-#endif
-  for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* blk = steps + b * kBlockBytes;
-    IVec s[R];
-    for (int r = 0; r < R; ++r) s[r] = izero();
-#pragma GCC unroll 8
-    for (int o = 0; o < kBlockSteps / kOpSteps; ++o) {
-      const IVec wv = load_op(blk + o * kOpBytes);
-      for (int r = 0; r < R; ++r) {
-        const int64_t at = (i0 + r) * a.k + b * kQBlock + kOpX * o;
-        if constexpr (kSigned) s[r] = dpbusd(s[r], x_op(a.qu + at), wv);
-        else s[r] = dpbusd(s[r], wv, x_op(a.q + at));
-      }
-    }
-    const __m256 dw = _mm256_loadu_ps(scales + b * 8);
-    int r = 0;
-#if defined(ASTRAI_ISA_V4)
-    // Two rows per zmm (pair_sums), each lane ended as add_block ends it.
-    static_assert(kSigned);
-    const __m512 dw2 = pair_outputs(dw);
-    const __m512i c2 = pair_outputs(load256(blk + kBlockSteps * kStepBytes));
-    for (; r + 1 < R; r += 2) {
-      const __m512 dx2 = pair_dx(a, (i0 + r) * nbx + b, nbx);
-      acc2[r / 2] = _mm512_fmadd_ps(_mm512_mul_ps(dw2, dx2),
-                                    _mm512_cvtepi32_ps(_mm512_sub_epi32(pair_sums(s[r], s[r + 1]), c2)), acc2[r / 2]);
-    }
-#endif
-    for (; r < R; ++r) {
-      const __m256i c = kSigned ? load256(blk + kBlockSteps * kStepBytes)  // 128 * sum q_w
-                                : _mm256_set1_epi32(8 * a.s32[(i0 + r) * nbx + b]);  // nibble - 8
-      acc[r] = add_block(acc[r], dw, a.d[(i0 + r) * nbx + b], _mm256_sub_epi32(output_sums(s[r]), c));
-    }
+  static_assert(kSigned);
+  const __m512 dw2 = pair_outputs(dw);
+  const __m512i c2 = pair_outputs(load256(blk + kBlockSteps * kStepBytes));
+  for (; r + 1 < R; r += 2) {
+    const __m512 dx2 = pair_dx(a, (i0 + r) * nbx + b, nbx);
+    acc2[r / 2] = _mm512_fmadd_ps(_mm512_mul_ps(dw2, dx2),
+                                  _mm512_cvtepi32_ps(_mm512_sub_epi32(pair_sums(s[r], s[r + 1]), c2)), acc2[r / 2]);
   }
-#if defined(ASTRAI_ISA_V4)
-  split_pairs<R>(acc2, acc);
 #endif
-  for (int r = 0; r < R; ++r) store_outputs(acc[r], bias, y + (i0 + r) * ldy);
+  for (; r < R; ++r) {
+    const __m256i c = kSigned ? load256(blk + kBlockSteps * kStepBytes)  // 128 * sum q_w
+                              : _mm256_set1_epi32(8 * a.s32[(i0 + r) * nbx + b]);  // nibble - 8
+    acc[r] = add_block(acc[r], dw, a.d[(i0 + r) * nbx + b], _mm256_sub_epi32(output_sums(s[r]), c));
+  }
 }
 
-// sa[r] += scale * (row r's products with the kSteps steps at st, x at row offset x_off), the
-// products summed in kKChains chains per row: one sub-block (Q4_K, Q5_K) or group (Q6_K).
-template <int R, int kSteps>
-inline void add_scaled_sums(const ActRows& a, int64_t i0, int64_t x_off, const uint8_t* st, IVec scale, IVec* sa) {
-  IVec s[kKChains][R];
+// The float accumulators of a tile: per group, one ymm per row, and on v4 one zmm per pair of rows.
+template <int G, int R>
+struct TileAcc {
+  __m256 acc[G][R];
+#if defined(ASTRAI_ISA_V4)
+  __m512 acc2[G][(R + 1) / 2];
+#else
+  __m512* acc2[G] = {};
+#endif
+  TileAcc() {
+    for (int g = 0; g < G; ++g) {
+      for (int r = 0; r < R; ++r) acc[g][r] = _mm256_setzero_ps();
+#if defined(ASTRAI_ISA_V4)
+      for (int p = 0; p < (R + 1) / 2; ++p) acc2[g][p] = _mm512_setzero_ps();
+#endif
+    }
+  }
+  // Every row's outputs (+ bias) to y; pairs: v4's rows in pairs are in acc2 (all but an odd last).
+  void store(const float* bias, float* y, int64_t i0, int64_t ldy, [[maybe_unused]] bool pairs) {
+    for (int g = 0; g < G; ++g) {
+#if defined(ASTRAI_ISA_V4)
+      if (pairs) split_pairs<R>(acc2[g], acc[g]);
+#endif
+      for (int r = 0; r < R; ++r) store_outputs(acc[g][r], bias ? bias + 8 * g : nullptr, y + (i0 + r) * ldy + 8 * g);
+    }
+  }
+};
+
+// Q8_0 or Q4_0 steps (interleave_q8_0, interleave_q4_0): R rows from i0 times G groups.
+template <DType T, int G, int R>
+void tile_q32_steps(const ActRows& a, int64_t i0, const uint8_t* const* steps, const float* const* scales,
+                    int64_t nb, const float* bias, float* y, int64_t ldy) {
+  constexpr bool kSigned = signed_steps(T);
+  constexpr int64_t kBlockBytes = kSigned ? kQ8StepBlock : kBlockSteps * kStepBytes;
+  TileAcc<G, R> t;
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* blk[G];
+    IVec s[G][R];
+    for (int g = 0; g < G; ++g) {
+      blk[g] = steps[g] + b * kBlockBytes;
+      for (int r = 0; r < R; ++r) s[g][r] = izero();
+    }
+#pragma GCC unroll 8
+    for (int o = 0; o < kBlockSteps / kOpSteps; ++o) {
+      IVec wv[G];
+      for (int g = 0; g < G; ++g) wv[g] = load_op(blk[g] + o * kOpBytes);
+      for (int r = 0; r < R; ++r) {
+        const int64_t at = (i0 + r) * a.k + b * kQBlock + kOpX * o;
+        const IVec x = x_op(kSigned ? a.qu + at : reinterpret_cast<const uint8_t*>(a.q + at));
+        for (int g = 0; g < G; ++g) s[g][r] = kSigned ? dpbusd(s[g][r], x, wv[g]) : dpbusd(s[g][r], wv[g], x);
+      }
+    }
+    for (int g = 0; g < G; ++g) end_q32_block<T, R>(a, i0, blk[g], scales[g], b, s[g], t.acc[g], t.acc2[g]);
+  }
+  t.store(bias, y, i0, ldy, true);
+}
+
+// sa[g][r] += scale[g] * (row r's products with group g's kSteps steps at st[g], x at row offset
+// x_off), the products summed in kKChains chains per row: one sub-block (Q4_K, Q5_K) or group
+// (Q6_K).
+template <int G, int R, int kSteps>
+inline void add_scaled_sums(const ActRows& a, int64_t i0, int64_t x_off, const uint8_t* const* st, const IVec* scale,
+                            IVec (*sa)[R]) {
+  IVec s[kKChains][G][R];
   for (int c = 0; c < kKChains; ++c)
-    for (int r = 0; r < R; ++r) s[c][r] = izero();
+    for (int g = 0; g < G; ++g)
+      for (int r = 0; r < R; ++r) s[c][g][r] = izero();
 #pragma GCC unroll 8
   for (int o = 0; o < kSteps / kOpSteps; o += kKChains) {
 #pragma GCC unroll 2
     for (int c = 0; c < kKChains; ++c) {
-      const IVec wv = load_op(st + (o + c) * kOpBytes);
-      for (int r = 0; r < R; ++r) s[c][r] = dpbusd(s[c][r], wv, x_op(a.q + (i0 + r) * a.k + x_off + kOpX * (o + c)));
+      IVec wv[G];
+      for (int g = 0; g < G; ++g) wv[g] = load_op(st[g] + (o + c) * kOpBytes);
+      for (int r = 0; r < R; ++r) {
+        const IVec x = x_op(a.q + (i0 + r) * a.k + x_off + kOpX * (o + c));
+        for (int g = 0; g < G; ++g) s[c][g][r] = dpbusd(s[c][g][r], wv[g], x);
+      }
     }
   }
-  for (int r = 0; r < R; ++r) {
-    IVec sum = s[0][r];
-    for (int c = 1; c < kKChains; ++c) sum = iadd(sum, s[c][r]);
-    sa[r] = iadd(sa[r], imul(sum, scale));
-  }
+  for (int g = 0; g < G; ++g)
+    for (int r = 0; r < R; ++r) {
+      IVec sum = s[0][g][r];
+      for (int c = 1; c < kKChains; ++c) sum = iadd(sum, s[c][g][r]);
+      sa[g][r] = iadd(sa[g][r], imul(sum, scale[g]));
+    }
 }
 
 #if defined(ASTRAI_ISA_V4)
@@ -874,59 +934,72 @@ inline void finish_q4_k_pairs(const ActRows& a, int64_t i0, const uint8_t* blk, 
 }
 #endif
 
-// Q4_K / Q5_K steps (interleave_q4_k): R rows from i0 times the group.
-template <DType T, int R>
-void tile_q4_k_steps(const ActRows& a, int64_t i0, const uint8_t* steps, const float* scales, int64_t nb,
-                     const float* bias, float* y, int64_t ldy) {
-  __m256 acc[R];
-  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
-#if defined(ASTRAI_ISA_V4)
-  __m512 acc2[(R + 1) / 2];
-  for (int p = 0; p < (R + 1) / 2; ++p) acc2[p] = _mm512_setzero_ps();
-#endif
+// Q4_K / Q5_K steps (interleave_q4_k): R rows from i0 times G groups.
+template <DType T, int G, int R>
+void tile_q4_k_steps(const ActRows& a, int64_t i0, const uint8_t* const* steps, const float* const* scales,
+                     int64_t nb, const float* bias, float* y, int64_t ldy) {
+  TileAcc<G, R> t;
   for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* blk = steps + b * kQ4KSteps;
-    IVec sa[R];
-    for (int r = 0; r < R; ++r) sa[r] = izero();
-    for (int j = 0; j < 8; ++j)
-      add_scaled_sums<R, kBlockSteps>(a, i0, b * kQKBlock + 32 * j, blk + j * kBlockSteps * kStepBytes,
-                                      op_scales(blk + 8 * kBlockSteps * kStepBytes + 32 * j), sa);
-#if defined(ASTRAI_ISA_V4)
-    finish_q4_k_pairs<R>(a, i0, blk, scales, b, sa, acc2);
-    if constexpr (R % 2 == 1) {
-      const __m256i last = output_sums(sa[R - 1]);
-      finish_q4_k_block<1>(a, i0 + R - 1, blk, scales, b, &last, &acc[R - 1]);
+    const uint8_t* blk[G];
+    IVec sa[G][R];
+    for (int g = 0; g < G; ++g) {
+      blk[g] = steps[g] + b * kQ4KSteps;
+      for (int r = 0; r < R; ++r) sa[g][r] = izero();
     }
-#else
-    __m256i sums[R];
-    for (int r = 0; r < R; ++r) sums[r] = output_sums(sa[r]);
-    finish_q4_k_block<R>(a, i0, blk, scales, b, sums, acc);
-#endif
-  }
+    for (int j = 0; j < 8; ++j) {
+      const uint8_t* st[G];
+      IVec scale[G];
+      for (int g = 0; g < G; ++g) {
+        st[g] = blk[g] + j * kBlockSteps * kStepBytes;
+        scale[g] = op_scales(blk[g] + 8 * kBlockSteps * kStepBytes + 32 * j);
+      }
+      add_scaled_sums<G, R, kBlockSteps>(a, i0, b * kQKBlock + 32 * j, st, scale, sa);
+    }
+    for (int g = 0; g < G; ++g) {
 #if defined(ASTRAI_ISA_V4)
-  split_pairs<R>(acc2, acc);
+      finish_q4_k_pairs<R>(a, i0, blk[g], scales[g], b, sa[g], t.acc2[g]);
+      if constexpr (R % 2 == 1) {
+        const __m256i last = output_sums(sa[g][R - 1]);
+        finish_q4_k_block<1>(a, i0 + R - 1, blk[g], scales[g], b, &last, &t.acc[g][R - 1]);
+      }
+#else
+      __m256i sums[R];
+      for (int r = 0; r < R; ++r) sums[r] = output_sums(sa[g][r]);
+      finish_q4_k_block<R>(a, i0, blk[g], scales[g], b, sums, t.acc[g]);
 #endif
-  for (int r = 0; r < R; ++r) store_outputs(acc[r], bias, y + (i0 + r) * ldy);
+    }
+  }
+  t.store(bias, y, i0, ldy, true);
 }
 
-// Q6_K steps (interleave_q6_k): R rows from i0 times the group (v4 only: see outputs).
-template <int R>
-void tile_q6_k_steps(const ActRows& a, int64_t i0, const uint8_t* steps, const float* scales, int64_t nb,
-                     const float* bias, float* y, int64_t ldy) {
-  __m256 acc[R];
-  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+// Q6_K steps (interleave_q6_k): R rows from i0 times G groups (v4 only: see outputs).
+template <int G, int R>
+void tile_q6_k_steps(const ActRows& a, int64_t i0, const uint8_t* const* steps, const float* const* scales,
+                     int64_t nb, const float* bias, float* y, int64_t ldy) {
+  TileAcc<G, R> t;
   for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* blk = steps + b * kQ6KSteps;
-    IVec sa[R];
-    for (int r = 0; r < R; ++r) sa[r] = izero();
-    for (int g = 0; g < 16; ++g)
-      add_scaled_sums<R, 4>(a, i0, b * kQKBlock + 16 * g, blk + 4 * g * kStepBytes,
-                            op_scales(blk + 64 * kStepBytes + 32 * g), sa);
-    __m256i sums[R];
-    for (int r = 0; r < R; ++r) sums[r] = output_sums(sa[r]);
-    finish_q6_k_block<R>(a, i0, blk, scales, b, sums, acc);
+    const uint8_t* blk[G];
+    IVec sa[G][R];
+    for (int g = 0; g < G; ++g) {
+      blk[g] = steps[g] + b * kQ6KSteps;
+      for (int r = 0; r < R; ++r) sa[g][r] = izero();
+    }
+    for (int q = 0; q < 16; ++q) {
+      const uint8_t* st[G];
+      IVec scale[G];
+      for (int g = 0; g < G; ++g) {
+        st[g] = blk[g] + 4 * q * kStepBytes;
+        scale[g] = op_scales(blk[g] + 64 * kStepBytes + 32 * q);
+      }
+      add_scaled_sums<G, R, 4>(a, i0, b * kQKBlock + 16 * q, st, scale, sa);
+    }
+    for (int g = 0; g < G; ++g) {
+      __m256i sums[R];
+      for (int r = 0; r < R; ++r) sums[r] = output_sums(sa[g][r]);
+      finish_q6_k_block<R>(a, i0, blk[g], scales[g], b, sums, t.acc[g]);
+    }
   }
-  for (int r = 0; r < R; ++r) store_outputs(acc[r], bias, y + (i0 + r) * ldy);
+  t.store(bias, y, i0, ldy, false);
 }
 
 #if defined(ASTRAI_ISA_V4)
@@ -1226,13 +1299,14 @@ inline void with_rows(int64_t r, Fn&& fn) {
   }
 }
 
-// Rows [i0, i1) of x times the 8 W rows at w through the interleaved copy (Q4_0, Q4_K, Q5_K,
-// Q6_K; Q8_0 with VNNI only), with the VNNI tiles or without (v4's VNNI tiles on pairs of steps).
+// Rows [i0, i1) of x times the 8 G W rows at w (G groups of 8) through the interleaved copy (Q4_0,
+// Q4_K, Q5_K, Q6_K; Q8_0 with VNNI only), with the VNNI tiles or without (v4's VNNI tiles on pairs
+// of steps; G = 2 only with them). pf: the next pf_rows W rows (or null), prefetched meanwhile.
 // Out of line: inlined into outputs<T> (once interleave_q4_k was not), v4's tiles without VNNI
 // ran 15-20% slower on Q4_K at 32 and 512 rows.
-template <DType T, bool Vnni>
+template <DType T, bool Vnni, int G>
 [[gnu::noinline]] void outputs_steps(const ActRows& a, int64_t i0, int64_t i1, const uint8_t* w, int64_t nb,
-                                     const float* bias, float* y, int64_t ldy, const uint8_t* pf) {
+                                     const float* bias, float* y, int64_t ldy, const uint8_t* pf, int64_t pf_rows) {
   constexpr bool k4 = T == DType::kQ4_K || T == DType::kQ5_K, k6 = T == DType::kQ6_K, q8 = T == DType::kQ8_0;
 #if defined(ASTRAI_ISA_V4)
   constexpr bool kPairs = Vnni;
@@ -1240,36 +1314,47 @@ template <DType T, bool Vnni>
   constexpr bool kPairs = false;
 #endif
   static_assert(Vnni || !q8, "Q8_0 steps need VNNI (maddubs would saturate)");
+  static_assert(G == 1 || kPairs, "two groups at once: v4's VNNI tiles only");
+  const int64_t rb = nb * block_bytes(T);
   const int64_t step_bytes =
       nb * (k4 ? kQ4KSteps : k6 ? kQ6KSteps : Vnni && signed_steps(T) ? kQ8StepBlock : kBlockSteps * kStepBytes);
   thread_local std::vector<uint8_t> steps;  // grown, never shrunk
   thread_local std::vector<float> scales;
-  if (steps.size() < static_cast<size_t>(step_bytes)) steps.resize(static_cast<size_t>(step_bytes));
-  if (scales.size() < static_cast<size_t>(nb * 16)) scales.resize(static_cast<size_t>(nb * 16));
-  if constexpr (k4) interleave_q4_k<T, kPairs>(w, nb * block_bytes(T), nb, steps.data(), scales.data());
-  else if constexpr (k6) interleave_q6_k<kPairs>(w, nb * kQ6KBlockBytes, nb, steps.data(), scales.data());
-  else if constexpr (q8) interleave_q8_0<kPairs>(w, nb * kQ8BlockBytes, nb, steps.data(), scales.data());
-  else interleave_q4_0<kPairs>(w, nb * kQ4BlockBytes, nb, steps.data(), scales.data());
-  // The next group (pf, or null) into L2 while this one's tiles run: its rewrite then reads
-  // from cache, not memory (the weights of a decode step are far larger than the caches). Up
-  // to 4 tiles (decode batches), a share before each: one burst of requests stalls on the
-  // cache's miss queue (32 sequences: 4-10% slower). More tiles (prefill), one burst before the
-  // first: shares spread over them came too late for the rewrite that follows (4-9% slower).
-  const int64_t pf_bytes = pf ? 8 * nb * block_bytes(T) : 0;
+  if (steps.size() < static_cast<size_t>(G * step_bytes)) steps.resize(static_cast<size_t>(G * step_bytes));
+  if (scales.size() < static_cast<size_t>(G * nb * 16)) scales.resize(static_cast<size_t>(G * nb * 16));
+  const uint8_t* st[G];
+  const float* sc[G];
+  for (int g = 0; g < G; ++g) {
+    uint8_t* out = steps.data() + g * step_bytes;
+    float* out_scales = scales.data() + g * nb * 16;
+    const uint8_t* wg = w + 8 * g * rb;
+    if constexpr (k4) interleave_q4_k<T, kPairs>(wg, rb, nb, out, out_scales);
+    else if constexpr (k6) interleave_q6_k<kPairs>(wg, rb, nb, out, out_scales);
+    else if constexpr (q8) interleave_q8_0<kPairs>(wg, rb, nb, out, out_scales);
+    else interleave_q4_0<kPairs>(wg, rb, nb, out, out_scales);
+    st[g] = out;
+    sc[g] = out_scales;
+  }
+  // The next rows (pf, or null) into L2 while these tiles run: their rewrite then reads from
+  // cache, not memory (the weights of a decode step are far larger than the caches). Up to 32
+  // rows (decode batches), a share before each tile: one burst of requests stalls on the cache's
+  // miss queue (32 sequences: 4-10% slower). More rows (prefill), one burst before the first
+  // tile: shares spread over them came too late for the rewrite that follows (4-9% slower).
+  const int64_t pf_bytes = pf ? pf_rows * rb : 0;
   const auto run = [&](auto rows, int64_t i) {
     constexpr int kR = decltype(rows)::value;
-    const uint8_t* st = steps.data();
-    const float* sc = scales.data();
-    if constexpr (Vnni && k4) vnni::tile_q4_k_steps<T, kR>(a, i, st, sc, nb, bias, y, ldy);
-    else if constexpr (Vnni && k6) vnni::tile_q6_k_steps<kR>(a, i, st, sc, nb, bias, y, ldy);
-    else if constexpr (Vnni) vnni::tile_q32_steps<T, kR>(a, i, st, sc, nb, bias, y, ldy);
-    else if constexpr (k4) tile_q4_k_steps<T, kR>(a, i, st, sc, nb, bias, y, ldy);
-    else if constexpr (k6) tile_q6_k_steps<kR>(a, i, st, sc, nb, bias, y, ldy);
-    else tile_q4_0_steps<kR>(a, i, st, sc, nb, bias, y, ldy);
+    if constexpr (Vnni && k4) vnni::tile_q4_k_steps<T, G, kR>(a, i, st, sc, nb, bias, y, ldy);
+    else if constexpr (Vnni && k6) vnni::tile_q6_k_steps<G, kR>(a, i, st, sc, nb, bias, y, ldy);
+    else if constexpr (Vnni) vnni::tile_q32_steps<T, G, kR>(a, i, st, sc, nb, bias, y, ldy);
+    else if constexpr (k4) tile_q4_k_steps<T, kR>(a, i, st[0], sc[0], nb, bias, y, ldy);
+    else if constexpr (k6) tile_q6_k_steps<kR>(a, i, st[0], sc[0], nb, bias, y, ldy);
+    else tile_q4_0_steps<kR>(a, i, st[0], sc[0], nb, bias, y, ldy);
   };
-  // Rows per tile: what the registers hold (16 ymm: 4 for the k-quants; 32 zmm: 8).
-  constexpr int kMax = kPairs ? 8 : k4 || k6 ? 4 : kStepTileRows;
-  const int64_t tiles = (i1 - i0 + kMax - 1) / kMax, shares = tiles <= 4 ? tiles : 1;
+  // Rows per tile: what the registers hold (16 ymm: 4 for the k-quants; 32 zmm: 8 by one group,
+  // 4 by two).
+  constexpr int kMax = G == 2 ? 4 : kPairs ? 8 : k4 || k6 ? 4 : kStepTileRows;
+  constexpr int64_t kSpreadTiles = G == 2 ? 8 : 4;  // tiles of a 32-row decode batch
+  const int64_t tiles = (i1 - i0 + kMax - 1) / kMax, shares = tiles <= kSpreadTiles ? tiles : 1;
   for (int64_t i = i0, t = 0; i < i1; ++t) {
     if (t < shares)
       for (int64_t off = pf_bytes * t / shares / 64 * 64; off < pf_bytes * (t + 1) / shares; off += 64)
@@ -1280,12 +1365,18 @@ template <DType T, bool Vnni>
   }
 }
 
-// Rows [i0, i1) of x times the W rows [j, j + nr) at w; the first tile prefetches the next
-// group (pf, or null) into L2.
+// Rows [i0, i1) of x times the nr W rows at w: a partial group (nr < 8), one group (8) or two
+// (16, where pairs_groups says); the tiles prefetch the next pf_rows W rows at pf (or none) into
+// L2.
 template <DType T>
 void outputs(const ActRows& a, int64_t i0, int64_t i1, const uint8_t* w, int64_t nr, int64_t nb, const float* bias,
-             float* y, int64_t ldy, const uint8_t* pf) {
+             float* y, int64_t ldy, const uint8_t* pf, int64_t pf_rows) {
   if (nr < 8) return outputs_ref<T>(a, i0, i1 - i0, w, nr, nb, bias, y, ldy);
+#if defined(ASTRAI_ISA_V4)
+  if constexpr (pairs_type(T))
+    if (nr == 16) return outputs_steps<T, true, 2>(a, i0, i1, w, nb, bias, y, ldy, pf, pf_rows);
+#endif
+  ASTRAI_CHECK(nr == 8, "linear_int8: groups of 8 W rows, or two where pairs_groups says");
   // Rewriting a group pays off past 1 tile of rows with VNNI (Q8_0 on v4: past 3 rows) and for
   // Q4_0; without VNNI past 2
   // for Q4_K and Q5_K (whose scales take longer to rewrite: at 8 rows ~4% slower interleaved, at
@@ -1303,8 +1394,8 @@ void outputs(const ActRows& a, int64_t i0, int64_t i1, const uint8_t* w, int64_t
   const int64_t from = vnni ? vnni_steps_from(T) : plain_from;
   if (i1 - i0 > from) {
     if constexpr (kVnniTiles)
-      if (vnni) return outputs_steps<T, true>(a, i0, i1, w, nb, bias, y, ldy, pf);
-    if constexpr (T != DType::kQ8_0) return outputs_steps<T, false>(a, i0, i1, w, nb, bias, y, ldy, pf);
+      if (vnni) return outputs_steps<T, true, 1>(a, i0, i1, w, nb, bias, y, ldy, pf, pf_rows);
+    if constexpr (T != DType::kQ8_0) return outputs_steps<T, false, 1>(a, i0, i1, w, nb, bias, y, ldy, pf, pf_rows);
   }
   // Few rows: W read in place, tiles of up to 4 rows (with VNNI: v4's zmm tiles but for Q8_0,
   // v3's tiles with AVX-VNNI for the k-quants).
@@ -1345,7 +1436,7 @@ bool use_vnni() {
 
 template <DType T>
 void outputs(const ActRows& a, int64_t i0, int64_t i1, const uint8_t* w, int64_t nr, int64_t nb, const float* bias,
-             float* y, int64_t ldy, const uint8_t*) {
+             float* y, int64_t ldy, const uint8_t*, int64_t) {
   if (a.vnni) sdot::outputs_ref<T>(a, i0, i1 - i0, w, nr, nb, bias, y, ldy);
   else widen::outputs_ref<T>(a, i0, i1 - i0, w, nr, nb, bias, y, ldy);
 }
@@ -1356,7 +1447,7 @@ bool use_vnni() { return false; }
 
 template <DType T>
 void outputs(const ActRows& a, int64_t i0, int64_t i1, const uint8_t* w, int64_t nr, int64_t nb, const float* bias,
-             float* y, int64_t ldy, const uint8_t*) {
+             float* y, int64_t ldy, const uint8_t*, int64_t) {
   outputs_ref<T>(a, i0, i1 - i0, w, nr, nb, bias, y, ldy);
 }
 
@@ -1371,15 +1462,16 @@ constexpr int64_t kOutGroup = 8;   // outputs per tile
 constexpr int64_t kRowBlock = 64;  // rows of x per pass over a thread's W rows (their q stay in L2)
 constexpr int64_t kMaxGroup = 8;   // matrices per parallel job (linear_int8_group)
 
-// Group g of output rows (8 W rows) of one matrix: the tile loop of outputs<T> for its dtype.
+// nr output rows (a group of 8 W rows, fewer, or two groups) of one matrix: the tile loop of
+// outputs<T> for its dtype, the next_rows W rows at next prefetched meanwhile.
 void outputs_of(DType t, const ActRows& a, int64_t i0, int64_t i1, const uint8_t* w, int64_t nr, int64_t nb,
-                const float* bias, float* y, int64_t ldy, const uint8_t* next) {
+                const float* bias, float* y, int64_t ldy, const uint8_t* next, int64_t next_rows) {
   switch (t) {
-    case DType::kQ8_0: return outputs<DType::kQ8_0>(a, i0, i1, w, nr, nb, bias, y, ldy, next);
-    case DType::kQ4_0: return outputs<DType::kQ4_0>(a, i0, i1, w, nr, nb, bias, y, ldy, next);
-    case DType::kQ4_K: return outputs<DType::kQ4_K>(a, i0, i1, w, nr, nb, bias, y, ldy, next);
-    case DType::kQ5_K: return outputs<DType::kQ5_K>(a, i0, i1, w, nr, nb, bias, y, ldy, next);
-    case DType::kQ6_K: return outputs<DType::kQ6_K>(a, i0, i1, w, nr, nb, bias, y, ldy, next);
+    case DType::kQ8_0: return outputs<DType::kQ8_0>(a, i0, i1, w, nr, nb, bias, y, ldy, next, next_rows);
+    case DType::kQ4_0: return outputs<DType::kQ4_0>(a, i0, i1, w, nr, nb, bias, y, ldy, next, next_rows);
+    case DType::kQ4_K: return outputs<DType::kQ4_K>(a, i0, i1, w, nr, nb, bias, y, ldy, next, next_rows);
+    case DType::kQ5_K: return outputs<DType::kQ5_K>(a, i0, i1, w, nr, nb, bias, y, ldy, next, next_rows);
+    case DType::kQ6_K: return outputs<DType::kQ6_K>(a, i0, i1, w, nr, nb, bias, y, ldy, next, next_rows);
     default: fail("linear_int8: not a quantized weight type: ", dtype_name(t));
   }
 }
@@ -1429,23 +1521,34 @@ void run_group(const float* x, int64_t m, const LinearOut* outs, int64_t n) {
     const int64_t g0 = groups * t / nt, g1 = groups * (t + 1) / nt;
     for (int64_t i0 = 0; i0 < m; i0 += kRowBlock) {
       const int64_t i1 = std::min(m, i0 + kRowBlock);
-      for (int64_t g = g0, o = 0; g < g1; ++g) {
+      for (int64_t g = g0, o = 0; g < g1;) {
         while (g >= first[static_cast<size_t>(o + 1)]) ++o;  // the matrix of group g
         const WeightView& w = outs[o].w;
         const int64_t nb = k / block_elems(w.dtype), rb = nb * block_bytes(w.dtype);
         const uint8_t* wb = static_cast<const uint8_t*>(w.data);
-        const int64_t j = (g - first[static_cast<size_t>(o)]) * kOutGroup, nr = std::min(kOutGroup, w.rows - j);
-        // The next group: this matrix's if whole, else the next matrix's first if it is whole and
-        // of this type (the prefetch takes this type's block bytes).
+        const int64_t j = (g - first[static_cast<size_t>(o)]) * kOutGroup;
+        // This group alone, or with the next one of this matrix's when both are whole and this
+        // thread's (pairs_groups).
+        const int64_t span = pairs_groups(w.dtype, i1 - i0, vnni) && g + 1 < g1 && w.rows - j >= 2 * kOutGroup ? 2 : 1;
+        const int64_t nr = std::min(span * kOutGroup, w.rows - j);
+        // The next rows as many as these: this matrix's if a whole group, else the next matrix's
+        // first if it is whole and of this type (the prefetch takes this type's block bytes).
         const uint8_t* next = nullptr;
-        if (g + 1 < g1) {
-          if (w.rows - j >= 2 * kOutGroup) next = wb + (j + kOutGroup) * rb;
-          else if (g + 1 == first[static_cast<size_t>(o + 1)] && outs[o + 1].w.dtype == w.dtype &&
-                   outs[o + 1].w.rows >= kOutGroup)
+        int64_t next_rows = 0;
+        if (g + span < g1) {
+          if (w.rows - j >= nr + kOutGroup) {
+            next = wb + (j + nr) * rb;
+            next_rows = std::min(nr, w.rows - j - nr);
+          } else if (g + span == first[static_cast<size_t>(o + 1)] && outs[o + 1].w.dtype == w.dtype &&
+                     outs[o + 1].w.rows >= kOutGroup) {
             next = static_cast<const uint8_t*>(outs[o + 1].w.data);
+            next_rows = std::min(nr, outs[o + 1].w.rows);
+          }
         }
         const float* bias = outs[o].bias;
-        outputs_of(w.dtype, a, i0, i1, wb + j * rb, nr, nb, bias ? bias + j : nullptr, outs[o].y + j, w.rows, next);
+        outputs_of(w.dtype, a, i0, i1, wb + j * rb, nr, nb, bias ? bias + j : nullptr, outs[o].y + j, w.rows, next,
+                   next_rows);
+        g += span;
       }
     }
   }
