@@ -9,8 +9,8 @@
 // whose lanes are the outputs, so the f32 chain of every output runs in its own lane. With more
 // rows than one tile, Q4_0, Q4_K, Q5_K and Q6_K groups are first interleaved by output in cache (see
 // "Many rows" below), which needs no reduction at all; where the CPU has VNNI, every format, Q8_0
-// too, takes that route with vpdpbusd (see "VNNI"; zmm on v4, by two groups of 8 outputs at once
-// but for Q6_K: pairs_groups). The tiles of up to 4 rows
+// too, takes that route with vpdpbusd (see "VNNI"; zmm on v4, by up to three groups of 8 outputs
+// at once but for Q6_K: groups_at_once). The tiles of up to 4 rows
 // (linear_int8_tiles.inc) run with VNNI too: on v3 the k-quants' (AVX-VNNI), on v4 zmm tiles of
 // their own for Q4_0, Q4_K, Q5_K and Q6_K (tile_q4_0_in_place, tile_q4k_in_place,
 // tile_q6k_in_place).
@@ -159,16 +159,20 @@ constexpr int64_t vnni_steps_from(DType t) {
 #endif
 }
 
-// Whether run_group hands outputs<T> two whole groups of one matrix at once (16 W rows): v4's
-// VNNI steps (tiles of 4 rows by 16 outputs) of Q8_0, Q4_0, Q4_K and Q5_K. gemm_bench's quantized
-// table, one thread, five alternating rounds (Zen 5): 1.07-1.21x at 32 and 512 rows; Q6_K (a
-// scale per 16 weights, so a multiply per two vpdpbusd) 0.94-1.00x, so it keeps one group.
-constexpr bool pairs_type(DType t) { return t != DType::kQ6_K; }
-inline bool pairs_groups([[maybe_unused]] DType t, [[maybe_unused]] int64_t rows, [[maybe_unused]] bool vnni) {
+// How many whole groups of one matrix run_group may hand outputs<T> at once (8 W rows each): v4's
+// VNNI steps of Q8_0, Q4_0, Q4_K and Q5_K take up to three (tiles of 4 rows by 24 outputs, each
+// activation broadcast feeding three vpdpbusd). gemm_bench's quantized table (Zen 5, 32 and 512
+// rows, alternating rounds): two groups against one 1.07-1.21x (one thread), three against two
+// 1.02-1.08x at best and 1.00-1.06x in the median (two threads), four against three 0.76-1.05x;
+// Q6_K (a scale per 16 weights, so a multiply per two vpdpbusd) two against one 0.94-1.00x, so it
+// keeps one.
+constexpr int64_t kMaxGroupsAtOnce = 3;
+constexpr bool groups_together(DType t) { return t != DType::kQ6_K; }
+inline int64_t groups_at_once([[maybe_unused]] DType t, [[maybe_unused]] int64_t rows, [[maybe_unused]] bool vnni) {
 #if defined(ASTRAI_ISA_V4)
-  return vnni && pairs_type(t) && rows > vnni_steps_from(t);
+  return vnni && groups_together(t) && rows > vnni_steps_from(t) ? kMaxGroupsAtOnce : 1;
 #else
-  return false;
+  return 1;
 #endif
 }
 
@@ -785,10 +789,11 @@ inline void split_pairs(const __m512* acc2, __m256* acc) {
 #endif
 
 // The tiles below take G groups of 8 W rows at once (steps[g], scales[g]; outputs 8g.. at y + 8g):
-// each activation broadcast then feeds G vpdpbusd. G = 2 (v4, rows in tiles of 4; outputs_steps)
-// needs 0.75 loads per vpdpbusd against 1.125 for one group by 8 rows, and the loads, not the
-// multiplies, bound these tiles (Zen 5: 4 rows x 2 groups ran a microbenchmark of the loop 1.25-1.4x
-// faster than 8 rows x 1). Each group's sums and their ending are the same either way, so the bits.
+// each activation broadcast then feeds G vpdpbusd. G = 2 and 3 (v4, rows in tiles of 4;
+// outputs_steps) need 0.75 and 0.58 loads per vpdpbusd against 1.125 for one group by 8 rows, and
+// the loads, not the multiplies, bound these tiles (Zen 5: 4 rows x 2 groups ran a microbenchmark
+// of the loop 1.25-1.4x faster than 8 rows x 1). Each group's sums and their ending are the same
+// either way, so the bits.
 
 // Q8_0 or Q4_0, the end of block b of one group: acc[r] += (d_w d_x) * float(sum - c), v4 two rows
 // per zmm (pair_sums) in acc2, each lane ended as add_block ends it.
@@ -1301,7 +1306,7 @@ inline void with_rows(int64_t r, Fn&& fn) {
 
 // Rows [i0, i1) of x times the 8 G W rows at w (G groups of 8) through the interleaved copy (Q4_0,
 // Q4_K, Q5_K, Q6_K; Q8_0 with VNNI only), with the VNNI tiles or without (v4's VNNI tiles on pairs
-// of steps; G = 2 only with them). pf: the next pf_rows W rows (or null), prefetched meanwhile.
+// of steps; G > 1 only with them). pf: the next pf_rows W rows (or null), prefetched meanwhile.
 // Out of line: inlined into outputs<T> (once interleave_q4_k was not), v4's tiles without VNNI
 // ran 15-20% slower on Q4_K at 32 and 512 rows.
 template <DType T, bool Vnni, int G>
@@ -1314,7 +1319,7 @@ template <DType T, bool Vnni, int G>
   constexpr bool kPairs = false;
 #endif
   static_assert(Vnni || !q8, "Q8_0 steps need VNNI (maddubs would saturate)");
-  static_assert(G == 1 || kPairs, "two groups at once: v4's VNNI tiles only");
+  static_assert(G == 1 || kPairs, "groups at once: v4's VNNI tiles only");
   const int64_t rb = nb * block_bytes(T);
   const int64_t step_bytes =
       nb * (k4 ? kQ4KSteps : k6 ? kQ6KSteps : Vnni && signed_steps(T) ? kQ8StepBlock : kBlockSteps * kStepBytes);
@@ -1351,9 +1356,9 @@ template <DType T, bool Vnni, int G>
     else tile_q4_0_steps<kR>(a, i, st[0], sc[0], nb, bias, y, ldy);
   };
   // Rows per tile: what the registers hold (16 ymm: 4 for the k-quants; 32 zmm: 8 by one group,
-  // 4 by two).
-  constexpr int kMax = G == 2 ? 4 : kPairs ? 8 : k4 || k6 ? 4 : kStepTileRows;
-  constexpr int64_t kSpreadTiles = G == 2 ? 8 : 4;  // tiles of a 32-row decode batch
+  // 4 by two or three).
+  constexpr int kMax = G >= 2 ? 4 : kPairs ? 8 : k4 || k6 ? 4 : kStepTileRows;
+  constexpr int64_t kSpreadTiles = G >= 2 ? 8 : 4;  // tiles of a 32-row decode batch
   const int64_t tiles = (i1 - i0 + kMax - 1) / kMax, shares = tiles <= kSpreadTiles ? tiles : 1;
   for (int64_t i = i0, t = 0; i < i1; ++t) {
     if (t < shares)
@@ -1365,18 +1370,20 @@ template <DType T, bool Vnni, int G>
   }
 }
 
-// Rows [i0, i1) of x times the nr W rows at w: a partial group (nr < 8), one group (8) or two
-// (16, where pairs_groups says); the tiles prefetch the next pf_rows W rows at pf (or none) into
-// L2.
+// Rows [i0, i1) of x times the nr W rows at w: a partial group (nr < 8), one group (8), or two or
+// three (16, 24: where groups_at_once says); the tiles prefetch the next pf_rows W rows at pf (or
+// none) into L2.
 template <DType T>
 void outputs(const ActRows& a, int64_t i0, int64_t i1, const uint8_t* w, int64_t nr, int64_t nb, const float* bias,
              float* y, int64_t ldy, const uint8_t* pf, int64_t pf_rows) {
   if (nr < 8) return outputs_ref<T>(a, i0, i1 - i0, w, nr, nb, bias, y, ldy);
 #if defined(ASTRAI_ISA_V4)
-  if constexpr (pairs_type(T))
+  if constexpr (groups_together(T)) {
     if (nr == 16) return outputs_steps<T, true, 2>(a, i0, i1, w, nb, bias, y, ldy, pf, pf_rows);
+    if (nr == 24) return outputs_steps<T, true, 3>(a, i0, i1, w, nb, bias, y, ldy, pf, pf_rows);
+  }
 #endif
-  ASTRAI_CHECK(nr == 8, "linear_int8: groups of 8 W rows, or two where pairs_groups says");
+  ASTRAI_CHECK(nr == 8, "linear_int8: groups of 8 W rows, or up to three where groups_at_once says");
   // Rewriting a group pays off past 1 tile of rows with VNNI (Q8_0 on v4: past 3 rows) and for
   // Q4_0; without VNNI past 2
   // for Q4_K and Q5_K (whose scales take longer to rewrite: at 8 rows ~4% slower interleaved, at
@@ -1527,9 +1534,10 @@ void run_group(const float* x, int64_t m, const LinearOut* outs, int64_t n) {
         const int64_t nb = k / block_elems(w.dtype), rb = nb * block_bytes(w.dtype);
         const uint8_t* wb = static_cast<const uint8_t*>(w.data);
         const int64_t j = (g - first[static_cast<size_t>(o)]) * kOutGroup;
-        // This group alone, or with the next one of this matrix's when both are whole and this
-        // thread's (pairs_groups).
-        const int64_t span = pairs_groups(w.dtype, i1 - i0, vnni) && g + 1 < g1 && w.rows - j >= 2 * kOutGroup ? 2 : 1;
+        // This group alone, or with the next ones of this matrix (as many as groups_at_once
+        // allows, each whole and this thread's).
+        int64_t span = groups_at_once(w.dtype, i1 - i0, vnni);
+        while (span > 1 && (g + span > g1 || w.rows - j < span * kOutGroup)) --span;
         const int64_t nr = std::min(span * kOutGroup, w.rows - j);
         // The next rows as many as these: this matrix's if a whole group, else the next matrix's
         // first if it is whole and of this type (the prefetch takes this type's block bytes).
