@@ -795,40 +795,12 @@ inline void split_pairs(const __m512* acc2, __m256* acc) {
 // of the loop 1.25-1.4x faster than 8 rows x 1). Each group's sums and their ending are the same
 // either way, so the bits.
 
-// Q8_0 or Q4_0, the end of block b of one group: acc[r] += (d_w d_x) * float(sum - c), v4 two rows
-// per zmm (pair_sums) in acc2, each lane ended as add_block ends it.
-template <DType T, int R>
-inline void end_q32_block(const ActRows& a, int64_t i0, const uint8_t* blk, const float* scales, int64_t b,
-                          const IVec* s, __m256* acc, [[maybe_unused]] __m512* acc2) {
-  constexpr bool kSigned = signed_steps(T);  // signed steps, 128 * sum q_w after
-  const int64_t nbx = a.k / kQBlock;
-  const __m256 dw = _mm256_loadu_ps(scales + b * 8);
-  int r = 0;
-#if defined(ASTRAI_ISA_V4)
-  static_assert(kSigned);
-  const __m512 dw2 = pair_outputs(dw);
-  const __m512i c2 = pair_outputs(load256(blk + kBlockSteps * kStepBytes));
-  for (; r + 1 < R; r += 2) {
-    const __m512 dx2 = pair_dx(a, (i0 + r) * nbx + b, nbx);
-    acc2[r / 2] = _mm512_fmadd_ps(_mm512_mul_ps(dw2, dx2),
-                                  _mm512_cvtepi32_ps(_mm512_sub_epi32(pair_sums(s[r], s[r + 1]), c2)), acc2[r / 2]);
-  }
-#endif
-  for (; r < R; ++r) {
-    const __m256i c = kSigned ? load256(blk + kBlockSteps * kStepBytes)  // 128 * sum q_w
-                              : _mm256_set1_epi32(8 * a.s32[(i0 + r) * nbx + b]);  // nibble - 8
-    acc[r] = add_block(acc[r], dw, a.d[(i0 + r) * nbx + b], _mm256_sub_epi32(output_sums(s[r]), c));
-  }
-}
-
 // The float accumulators of a tile: per group, one ymm per row, and on v4 one zmm per pair of rows.
 template <int G, int R>
 struct TileAcc {
   __m256 acc[G][R];
 #if defined(ASTRAI_ISA_V4)
   __m512 acc2[G][(R + 1) / 2];
-#else
-  __m512* acc2[G] = {};
 #endif
   TileAcc() {
     for (int g = 0; g < G; ++g) {
@@ -848,6 +820,34 @@ struct TileAcc {
     }
   }
 };
+
+// Q8_0 or Q4_0, the end of block b of group g: acc[r] += (d_w d_x) * float(sum - c), v4 two rows
+// per zmm (pair_sums) in acc2, each lane ended as add_block ends it.
+template <DType T, int G, int R>
+inline void end_q32_block(const ActRows& a, int64_t i0, const uint8_t* blk, const float* scales, int64_t b,
+                          const IVec* s, TileAcc<G, R>& t, int g) {
+  __m256* acc = t.acc[g];
+  constexpr bool kSigned = signed_steps(T);  // signed steps, 128 * sum q_w after
+  const int64_t nbx = a.k / kQBlock;
+  const __m256 dw = _mm256_loadu_ps(scales + b * 8);
+  int r = 0;
+#if defined(ASTRAI_ISA_V4)
+  static_assert(kSigned);
+  const __m512 dw2 = pair_outputs(dw);
+  const __m512i c2 = pair_outputs(load256(blk + kBlockSteps * kStepBytes));
+  for (; r + 1 < R; r += 2) {
+    const __m512 dx2 = pair_dx(a, (i0 + r) * nbx + b, nbx);
+    __m512& acc2 = t.acc2[g][r / 2];
+    acc2 = _mm512_fmadd_ps(_mm512_mul_ps(dw2, dx2), _mm512_cvtepi32_ps(_mm512_sub_epi32(pair_sums(s[r], s[r + 1]), c2)),
+                           acc2);
+  }
+#endif
+  for (; r < R; ++r) {
+    const __m256i c = kSigned ? load256(blk + kBlockSteps * kStepBytes)  // 128 * sum q_w
+                              : _mm256_set1_epi32(8 * a.s32[(i0 + r) * nbx + b]);  // nibble - 8
+    acc[r] = add_block(acc[r], dw, a.d[(i0 + r) * nbx + b], _mm256_sub_epi32(output_sums(s[r]), c));
+  }
+}
 
 // Q8_0 or Q4_0 steps (interleave_q8_0, interleave_q4_0): R rows from i0 times G groups.
 template <DType T, int G, int R>
@@ -873,7 +873,7 @@ void tile_q32_steps(const ActRows& a, int64_t i0, const uint8_t* const* steps, c
         for (int g = 0; g < G; ++g) s[g][r] = kSigned ? dpbusd(s[g][r], x, wv[g]) : dpbusd(s[g][r], wv[g], x);
       }
     }
-    for (int g = 0; g < G; ++g) end_q32_block<T, R>(a, i0, blk[g], scales[g], b, s[g], t.acc[g], t.acc2[g]);
+    for (int g = 0; g < G; ++g) end_q32_block<T, G, R>(a, i0, blk[g], scales[g], b, s[g], t, g);
   }
   t.store(bias, y, i0, ldy, true);
 }
@@ -906,6 +906,24 @@ inline void add_scaled_sums(const ActRows& a, int64_t i0, int64_t x_off, const u
       for (int c = 1; c < kKChains; ++c) sum = iadd(sum, s[c][g][r]);
       sa[g][r] = iadd(sa[g][r], imul(sum, scale[g]));
     }
+}
+
+// sa[g][r] = add_scaled_sums over the kCount sub-blocks of super-block b (Q4_K, Q5_K: 8 of 32
+// weights; Q6_K: 16 groups of 16): sub-block j's kSteps steps at blk[g] + j kSteps steps, the
+// sub-blocks' int16 scale pairs after all of them (32 bytes each).
+template <int G, int R, int kCount, int kSteps>
+inline void super_block_sums(const ActRows& a, int64_t i0, int64_t b, const uint8_t* const* blk, IVec (*sa)[R]) {
+  for (int g = 0; g < G; ++g)
+    for (int r = 0; r < R; ++r) sa[g][r] = izero();
+  for (int j = 0; j < kCount; ++j) {
+    const uint8_t* st[G];
+    IVec scale[G];
+    for (int g = 0; g < G; ++g) {
+      st[g] = blk[g] + j * kSteps * kStepBytes;
+      scale[g] = op_scales(blk[g] + kCount * kSteps * kStepBytes + 32 * j);
+    }
+    add_scaled_sums<G, R, kSteps>(a, i0, b * kQKBlock + 4 * kSteps * j, st, scale, sa);
+  }
 }
 
 #if defined(ASTRAI_ISA_V4)
@@ -946,20 +964,9 @@ void tile_q4_k_steps(const ActRows& a, int64_t i0, const uint8_t* const* steps, 
   TileAcc<G, R> t;
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* blk[G];
+    for (int g = 0; g < G; ++g) blk[g] = steps[g] + b * kQ4KSteps;
     IVec sa[G][R];
-    for (int g = 0; g < G; ++g) {
-      blk[g] = steps[g] + b * kQ4KSteps;
-      for (int r = 0; r < R; ++r) sa[g][r] = izero();
-    }
-    for (int j = 0; j < 8; ++j) {
-      const uint8_t* st[G];
-      IVec scale[G];
-      for (int g = 0; g < G; ++g) {
-        st[g] = blk[g] + j * kBlockSteps * kStepBytes;
-        scale[g] = op_scales(blk[g] + 8 * kBlockSteps * kStepBytes + 32 * j);
-      }
-      add_scaled_sums<G, R, kBlockSteps>(a, i0, b * kQKBlock + 32 * j, st, scale, sa);
-    }
+    super_block_sums<G, R, 8, kBlockSteps>(a, i0, b, blk, sa);
     for (int g = 0; g < G; ++g) {
 #if defined(ASTRAI_ISA_V4)
       finish_q4_k_pairs<R>(a, i0, blk[g], scales[g], b, sa[g], t.acc2[g]);
@@ -984,20 +991,9 @@ void tile_q6_k_steps(const ActRows& a, int64_t i0, const uint8_t* const* steps, 
   TileAcc<G, R> t;
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* blk[G];
+    for (int g = 0; g < G; ++g) blk[g] = steps[g] + b * kQ6KSteps;
     IVec sa[G][R];
-    for (int g = 0; g < G; ++g) {
-      blk[g] = steps[g] + b * kQ6KSteps;
-      for (int r = 0; r < R; ++r) sa[g][r] = izero();
-    }
-    for (int q = 0; q < 16; ++q) {
-      const uint8_t* st[G];
-      IVec scale[G];
-      for (int g = 0; g < G; ++g) {
-        st[g] = blk[g] + 4 * q * kStepBytes;
-        scale[g] = op_scales(blk[g] + 64 * kStepBytes + 32 * q);
-      }
-      add_scaled_sums<G, R, 4>(a, i0, b * kQKBlock + 16 * q, st, scale, sa);
-    }
+    super_block_sums<G, R, 16, 4>(a, i0, b, blk, sa);
     for (int g = 0; g < G; ++g) {
       __m256i sums[R];
       for (int r = 0; r < R; ++r) sums[r] = output_sums(sa[g][r]);
