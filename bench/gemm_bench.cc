@@ -1,11 +1,13 @@
 // Linear-kernel benchmark (reports numbers, never passes or fails):
-//   1. copy bandwidth (the decode ceiling), 1 and 2 threads;
+//   1. copy bandwidth (the decode ceiling) and the arithmetic peak (kernels/cpu/peak.h: f32 FMA
+//      and the 8-bit dot product, register-only loops), 1 and 2 threads;
 //   2. OpenBLAS SGEMM vs kernels::linear (f32 and bf16 weights) on transformer shapes,
 //      1 and 2 threads, GFLOP/s;
 //   3. quantized weights times 8-bit activations on prefill and batched-decode shapes (M = 512,
 //      8, 32), GOP/s, with and without VNNI where the CPU has it;
 //   4. decode-shaped GEMV (M = 1 and 8): weight bytes read per second vs the copy probe.
 // Usage: see kUsage below (gemm_bench --help).
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -14,6 +16,7 @@
 #include "bench_probes.h"
 #include "kernels/cpu/gemm_mode.h"
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/peak.h"
 #include "tensor/dtype.h"
 
 using namespace astrai;
@@ -97,6 +100,12 @@ int main(int argc, char** argv) {
     bw[threads] = bench::copy_bandwidth();
     std::printf("threads=%d  copy %.1f GB/s  read %.1f GB/s\n", threads, bw[threads].copy_gbs, bw[threads].read_gbs);
   }
+  std::printf("== arithmetic peak (register-only loops of one instruction; the int8 one with VNNI where used) ==\n");
+  kernels::PeakRates peak[3];
+  for (int threads : {1, 2}) {
+    peak[threads] = kernels::peak_rates(threads);
+    std::printf("%s\n", kernels::peak_summary(peak[threads]).c_str());
+  }
 
   const bench::Blis blis;
   std::printf("\n== GEMM y = x W^T: GFLOP/s (OpenBLAS sgemm | BLIS sgemm | linear f32 | linear bf16) ==\n");
@@ -112,8 +121,8 @@ int main(int argc, char** argv) {
   if (batch_m > 0)  // q/k/v, o, gate+up, down and the LM head of the bench decode model
     shapes = {{batch_m, 1280, 768}, {batch_m, 768, 768}, {batch_m, 4096, 768}, {batch_m, 768, 2048},
               {batch_m, 32000, 768}};
-  std::printf("%5s %6s %6s %3s | %8s %8s %8s %8s | %6s\n", "M", "N", "K", "thr", "openblas", "blis", "f32", "bf16",
-              "f32/openblas");
+  std::printf("%5s %6s %6s %3s | %8s %8s %8s %8s | %6s %6s\n", "M", "N", "K", "thr", "openblas", "blis", "f32", "bf16",
+              "f32/openblas", "f32/peak");
   if (gemv_only || quant_only) shapes.clear();
   for (int threads : {1, 2}) {
     set_num_threads(threads);
@@ -123,8 +132,9 @@ int main(int argc, char** argv) {
       const double blis_gf = blis.available() ? blis.sgemm_gflops(s.m, s.n, s.k, threads, t_min) : 0.0;
       const double f32 = flop / linear_seconds(s.m, s.n, s.k, DType::kF32, t_min) / 1e9;
       const double bf16 = flop / linear_seconds(s.m, s.n, s.k, DType::kBF16, t_min) / 1e9;
-      std::printf("%5ld %6ld %6ld %3d | %8.1f %8.1f %8.1f %8.1f | %5.0f%%\n", static_cast<long>(s.m),
-                  static_cast<long>(s.n), static_cast<long>(s.k), threads, blas, blis_gf, f32, bf16, 100 * f32 / blas);
+      std::printf("%5ld %6ld %6ld %3d | %8.1f %8.1f %8.1f %8.1f | %11.0f%% %7.0f%%\n", static_cast<long>(s.m),
+                  static_cast<long>(s.n), static_cast<long>(s.k), threads, blas, blis_gf, f32, bf16, 100 * f32 / blas,
+                  100 * f32 / (peak[threads].f32_flops / 1e9));
     }
   }
 
@@ -134,9 +144,11 @@ int main(int argc, char** argv) {
     const bool saved_vnni = kernels::vnni_allowed();
     kernels::set_vnni(true);
     const std::string vnni = kernels::vnni_in_use();
-    std::printf("\n== quantized GEMM, q8 activations: GOP/s (2 M N K / s), with VNNI (%s) | without ==\n",
+    std::printf("\n== quantized GEMM, q8 activations: GOP/s (2 M N K / s), with VNNI (%s) | without; the best "
+                "of the two as a share of the int8 peak ==\n",
                 vnni.empty() ? "not on this CPU" : vnni.c_str());
-    std::printf("%5s %6s %6s %5s %3s | %8s %8s | %6s\n", "M", "N", "K", "dtype", "thr", "vnni", "no vnni", "ratio");
+    std::printf("%5s %6s %6s %5s %3s | %8s %8s | %6s %6s\n", "M", "N", "K", "dtype", "thr", "vnni", "no vnni", "ratio",
+                "/peak");
     const kernels::Activations saved = kernels::activations();
     kernels::set_activations(kernels::Activations::kQ8);
     for (int threads : {1, 2}) {
@@ -148,9 +160,10 @@ int main(int argc, char** argv) {
           const double with = vnni.empty() ? 0.0 : op / linear_seconds(s.m, s.n, s.k, dt, t_min);
           kernels::set_vnni(false);
           const double without = op / linear_seconds(s.m, s.n, s.k, dt, t_min);
-          std::printf("%5ld %6ld %6ld %5s %3d | %8.1f %8.1f | %5.2fx\n", static_cast<long>(s.m), static_cast<long>(s.n),
-                      static_cast<long>(s.k), std::string(dtype_name(dt)).c_str(), threads, with, without,
-                      with / without);
+          const double int8_peak = peak[threads].int8_ops / 1e9;
+          std::printf("%5ld %6ld %6ld %5s %3d | %8.1f %8.1f | %5.2fx %5.0f%%\n", static_cast<long>(s.m),
+                      static_cast<long>(s.n), static_cast<long>(s.k), std::string(dtype_name(dt)).c_str(), threads,
+                      with, without, with / without, int8_peak > 0 ? 100 * std::max(with, without) / int8_peak : 0.0);
         }
       }
     }

@@ -11,7 +11,10 @@ same thread count:
              -ntg 128 -npl 1,8,32 (aggregate decode with parallel sequences);
   AstrAI:    astrai bench prefill --prompt 512 and 4096, astrai bench decode --prompt 512 --gen 128
              --batches 1,8,32 (KV cache in bf16: the same bytes as llama.cpp's default f16 cache).
-Prints a Markdown table (tokens/s and our / llama.cpp ratios) and writes the raw results as JSON.
+Prints a Markdown table (tokens/s and our / llama.cpp ratios) and writes the raw results as JSON;
+with the parallel sequences, a second table says what 3x llama.cpp's 32-sequence rate asks of our
+step: its attention, its matrix products against the arithmetic peak (`astrai bench` measures it
+in the same run), and the best ratio with the products at that peak.
 
     bench/llamacpp/compare.py [--threads 2] [--formats f32,bf16,f16,q8_0,q4_0,q4_k,q4_k_m,q5_k,q6_k]
                               [--no-batched] [--bf16-dot] [--out build/llamacpp/compare]
@@ -242,7 +245,12 @@ def our_side(astrai, model_dir, threads, batched, env=None):
                       env))
     for b in j["batches"]:
         res[f"b{b['batch']}_tg"] = b["tokens_per_s"]
+        if b["batch"] == 32 and "products_ms" in b:  # where a 32-sequence step goes (limits())
+            res["b32_step"] = {"step_ms": b["step_ms"], "products_ms": b["products_ms"],
+                               "products_ops": b["products_ops"],
+                               "attention_ms": b["attention_share"] * b["forward_ms"]}
     res["tg128"] = res["b1_tg"]
+    res["products_peak"] = j.get("products_peak")
     return res
 
 
@@ -280,6 +288,30 @@ def table(results, batched):
     return "\n".join(lines)
 
 
+def limits(results):
+    """What 3x llama.cpp's 32-sequence rate asks of our step, next to where the step goes: the
+    budget (llama.cpp's step / 3); our step; its attention; its matrix products and their share
+    of the arithmetic peak measured in the same run (`astrai bench` prints it: the 8-bit dot
+    product for quantized weights, the f32 FMA otherwise); and the best ratio reachable with the
+    products at 100% of that peak and everything else as measured."""
+    lines = ["| weights | llama.cpp (tok/s) | 3x needs a step of | our step | attention | matrix products "
+             "(share of the peak) | products at the peak | best ratio with products at the peak |",
+             "|---|---|---|---|---|---|---|---|"]
+    for fmt, r in results.items():
+        ours, theirs = r.get("astrai", {}), r["llama.cpp"].get("b32_tg")
+        st, peak = ours.get("b32_step"), ours.get("products_peak")
+        if not st or not theirs or not peak:
+            continue
+        budget = 32 / (3 * theirs) * 1e3
+        at_peak = st["products_ops"] / peak * 1e3
+        best_step = st["step_ms"] - st["products_ms"] + at_peak
+        share = st["products_ops"] / (st["products_ms"] / 1e3) / peak
+        lines.append(f"| {fmt} | {theirs:.1f} | {budget:.1f} ms | {st['step_ms']:.1f} ms | {st['attention_ms']:.1f} ms | "
+                     f"{st['products_ms']:.1f} ms ({100 * share:.0f}%) | {at_peak:.1f} ms | "
+                     f"{32 / (best_step / 1e3) / theirs:.2f}x |")
+    return "\n".join(lines) if len(lines) > 2 else ""
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--threads", type=int, default=2)
@@ -299,6 +331,8 @@ def main():
         batched = all("b8_tg" in r["llama.cpp"] for r in report["results"].values())
         print(f"{report['cpu']}, {report['threads']} threads, {report['date']}\n")
         print(table(report["results"], batched))
+        if batched and limits(report["results"]):
+            print("\n" + limits(report["results"]))
         return
     formats = a.formats.split(",")
     for f in formats:
@@ -353,6 +387,8 @@ def main():
     print(f"{report['cpu']}, {a.threads} threads, AstrAI kernels {kern}, quantized weights times {a.activations} "
           f"activations, {report['date']}\n")
     print(table(results, not a.no_batched))
+    if not a.no_batched and limits(results):
+        print("\n" + limits(results))
 
 
 if __name__ == "__main__":

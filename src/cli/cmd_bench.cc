@@ -34,6 +34,7 @@
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/dispatch.h"
 #include "kernels/cpu/gemm_mode.h"
+#include "kernels/cpu/peak.h"
 #include "model/transformer.h"
 
 namespace astrai::cli {
@@ -191,6 +192,58 @@ model::ForwardProfile profile_between(const model::ForwardProfile& a, const mode
   return d;
 }
 
+// The matrix products of a profiled stretch of forwards (q/k/v, o, gate+up, down and the LM
+// head: their multiply-adds over the time of those operations) against the arithmetic peak of
+// the instruction they are built from: the 8-bit dot product for quantized weights times q8
+// activations, else the f32 fused multiply-add (f32, and 16-bit weights widened to f32).
+struct Products {
+  bool int8 = false;
+  double peak = 0;  // operations per second
+  std::string peak_line;
+
+  static Products measure(const model::Transformer& m) {
+    Products p;
+    p.int8 = kernels::activations() == kernels::Activations::kQ8 && quantized_share(m) > 0.5;
+    const kernels::PeakRates r = kernels::peak_rates(num_threads());
+    p.peak = p.int8 ? r.int8_ops : r.f32_flops;
+    p.peak_line = kernels::peak_summary(r);
+    return p;
+  }
+  // The products' operations and seconds over `prof`, which ran `rows` rows through the layers
+  // and `logit_rows` through the LM head.
+  struct Work {
+    double ops = 0, seconds = 0;
+    double rate() const { return seconds > 0 ? ops / seconds : 0.0; }
+  };
+  static Work work(const model::Transformer& m, const model::ForwardProfile& prof, double rows, double logit_rows) {
+    using model::ForwardOp;
+    Work w;
+    for (ForwardOp op : {ForwardOp::kQkvProj, ForwardOp::kOutProj, ForwardOp::kMlpIn, ForwardOp::kMlpDown,
+                         ForwardOp::kLmHead})
+      w.seconds += prof.seconds[static_cast<size_t>(op)];
+    w.ops = 2.0 * (rows * static_cast<double>(m.layer_macs_per_token()) +
+                   logit_rows * static_cast<double>(m.lm_head_macs_per_row()));
+    return w;
+  }
+  std::string describe(double rate) const {
+    return str_cat(static_cast<int64_t>(rate / 1e9), " GOP/s, ", static_cast<int>(100 * rate / peak + 0.5), "% of the ",
+                   int8 ? "int8 dot" : "f32 FMA", " peak");
+  }
+
+ private:
+  // The share of the layers' weights held in a quantized block format.
+  static double quantized_share(const model::Transformer& m) {
+    double all = 0, blocks = 0;
+    for (const auto& w : m.weights().params(m.config())) {
+      if (w.shape.size() != 2 || w.name == "model.embed_tokens.weight") continue;
+      const double n = static_cast<double>(w.tensor->numel());
+      all += n;
+      if (is_block_type(w.tensor->dtype())) blocks += n;
+    }
+    return all > 0 ? blocks / all : 0.0;
+  }
+};
+
 // The engine options a bench command takes from its flags (--kv-dtype, --sample-on).
 struct EngineChoice {
   std::string kv_dtype = "auto";
@@ -315,6 +368,11 @@ void run_decode(const DecodeFlags& f) {
   const double bw = on_cpu ? copy_bandwidth() : device_copy_bandwidth(backend::ops_for(m->device()));
   std::printf("copy-bandwidth probe (%s): %.1f GB/s read + written\n",
               on_cpu ? "parallel memcpy, huge pages" : "device-to-device copy of 1 GiB", bw / 1e9);
+  Products products;
+  if (on_cpu) {
+    products = Products::measure(*m);
+    std::printf("arithmetic peak (register-only loops): %s\n", products.peak_line.c_str());
+  }
   const kernels::CpuInfo& cpu = kernels::cpu_info();
   const std::string level(kernels::isa_name(kernels::active_isa()));
   if (on_cpu)
@@ -327,6 +385,7 @@ void run_decode(const DecodeFlags& f) {
                  {"cpu", cpu.model}, {"kernels", level}, {"device", on_cpu ? "cpu" : "cuda"},
                  {"activations", kernels::activations_name(kernels::activations())},
                  {"bf16_dot", kernels::bf16_dot_name()}, {"sample_on", f.engine.sample_on}};
+  if (on_cpu) report["products_peak"] = products.peak;
   double tps1 = 0;
   for (int b : f.batches) {
     RunStats s = run_batch(m, b, f.prompt, f.gen, false, f.engine);
@@ -346,8 +405,14 @@ void run_decode(const DecodeFlags& f) {
         on_cpu ? 100 * s.attention_share : 0.0, 100 * s.overhead_share,
         (b != 1 && tps1 > 0) ? str_cat("  (", static_cast<int>(s.decode_tps / tps1 * 10) / 10.0, "x batch 1)").c_str()
                              : "");
+    // Every decode-phase step runs b rows through the layers and the LM head; per forward:
+    const double fw = std::max<double>(1, static_cast<double>(s.decode_profile.forwards));
+    const Products::Work pw = on_cpu ? Products::work(*m, s.decode_profile, b * fw, b * fw) : Products::Work{};
+    if (on_cpu) std::printf("          matrix products: %s\n", products.describe(pw.rate()).c_str());
     if (f.profile) std::printf("%s", s.decode_profile.table().c_str());
     report["batches"].push_back({{"batch", b},
+                                 {"products_ops", pw.ops / fw},
+                                 {"products_ms", pw.seconds / fw * 1e3},
                                  {"tokens_per_s", s.decode_tps},
                                  {"step_ms", s.step_seconds * 1e3},
                                  {"forward_ms", s.forward_ms},
@@ -383,6 +448,12 @@ void run_prefill(const PrefillFlags& f) {
   Json report = {{"params", m->num_parameters()}, {"weight_bytes", static_cast<double>(m->weight_bytes())},
                  {"cpu", cpu.model}, {"kernels", level}, {"prompt", f.prompt}, {"activations", acts},
                  {"bf16_dot", kernels::bf16_dot_name()}};
+  Products products;
+  if (on_cpu) {
+    products = Products::measure(*m);
+    std::printf("arithmetic peak (register-only loops): %s\n", products.peak_line.c_str());
+    report["products_peak"] = products.peak;
+  }
   for (int b : f.batches) {
     ASTRAI_CHECK(b > 0, "bench prefill: batch sizes must be positive (got ", b, ")");
     RunStats best;
@@ -397,9 +468,13 @@ void run_prefill(const PrefillFlags& f) {
     const double tps = double(b) * f.prompt / best.total_seconds;
     std::printf("batch %2d x %d tokens: %8.1f prompt tok/s  (%.3f s; mean time to first token %.3f s; best of %d)\n", b,
                 f.prompt, tps, best.total_seconds, best.mean_ttft, f.repeat);
+    // The run's forwards took b prompts through the layers and one row each through the LM head.
+    const double products_rate =
+        on_cpu ? Products::work(*m, best.run_profile, double(b) * f.prompt, double(b)).rate() : 0.0;
+    if (on_cpu) std::printf("          matrix products: %s\n", products.describe(products_rate).c_str());
     if (f.profile) std::printf("%s", best.run_profile.table().c_str());
     report["batches"].push_back({{"batch", b}, {"tokens_per_s", tps}, {"seconds", best.total_seconds},
-                                 {"mean_ttft", best.mean_ttft}});
+                                 {"mean_ttft", best.mean_ttft}, {"products_ops_per_s", products_rate}});
   }
   if (f.json) std::printf("%s\n", report.dump().c_str());
 }

@@ -184,6 +184,14 @@ int64_t Transformer::kv_bytes_per_token(DType dtype) const {
          static_cast<int64_t>(dtype_size(dtype));
 }
 
+int64_t Transformer::layer_macs_per_token() const {
+  int64_t n = 0;
+  for (const auto& p : weights_.params(config_))
+    if (p.shape.size() == 2 && p.name != "model.embed_tokens.weight" && p.name != "lm_head.weight")
+      n += shape_numel(p.shape);
+  return n;
+}
+
 void Transformer::validate_batch(const Batch& b, const PagedKv* kv) const {
   const int64_t t = b.num_tokens();
   ASTRAI_CHECK(b.positions.size() == b.tokens.size(), "batch: ", b.positions.size(), " positions for ", t, " tokens");

@@ -69,6 +69,11 @@ class Transformer {
   PagedKv kv_geometry(int32_t page_size = 16, DType dtype = DType::kF32) const;
   // Bytes of K+V per token over all layers, with `dtype` elements.
   int64_t kv_bytes_per_token(DType dtype = DType::kF32) const;
+  // Multiply-adds of the matrix products: per token through the layers (every 2-D weight but
+  // the embedding and the LM head), and per row of logits (the LM head). Benchmarks turn
+  // product times into rates against the arithmetic peak (kernels/cpu/peak.h).
+  int64_t layer_macs_per_token() const;
+  int64_t lm_head_macs_per_row() const { return config_.vocab_size * config_.hidden_size; }
 
   // Computes logits [rows, vocab] (host memory) where rows are batch.logit_rows (in that order)
   // or every token; with logits == nullptr they stay in the workspace, in the backend's memory

@@ -3,7 +3,8 @@
 They check what the reports say, never how fast anything is:
 1. decode: every batch size has a positive rate and step, a forward inside the step, shares in
    [0, 1], the requested KV dtype; --profile prints one line per operation whose times add up
-   to the forward;
+   to the forward; the arithmetic peak is measured and each batch's matrix products (their
+   operations per step: b times one row's, inside the forward) are given as a share of it;
 2. prefix: the cache serves the shared prefix's full pages to every request after the first
    when on (even those that could have started in the first step), and nothing when off;
 3. prefill: one entry per batch size (comma-separated), prompt tokens / seconds = the rate, the
@@ -61,7 +62,13 @@ def decode():
         # Both cover the same steps (the engine counts a step's forward before it samples).
         check(0 < b["forward_ms"] <= b["step_ms"] * (1 + 1e-9), f"batch {n}: the forward is part of the step")
         check(0 < b["attention_share"] < 1 and 0 <= b["overhead_share"] < 1, f"batch {n}: shares in [0, 1]")
-    # --profile: a table per batch size, whose rows add up to its total line.
+        check(0 < b["products_ms"] < b["forward_ms"], f"batch {n}: the matrix products are part of the forward")
+    one, three = report["batches"][0]["products_ops"], report["batches"][1]["products_ops"]
+    check(one > 0 and abs(three - 3 * one) <= 1e-9 * three, "a step's product operations: b times one row's")
+    check(report["products_peak"] > 0 and re.search(r"arithmetic peak \(register-only loops\): f32 FMA [0-9]+ GFLOP/s",
+                                                    r.stdout) is not None, "the arithmetic peak is measured and printed")
+    check(len(re.findall(r"matrix products: [0-9]+ GOP/s, [0-9]+% of the f32 FMA peak", r.stdout)) == 2,
+          "each batch size's products as a share of the peak (f32 weights: the FMA's)")    # --profile: a table per batch size, whose rows add up to its total line.
     tables = re.findall(r"((?:  [a-z+ ]+ +[0-9.]+ ms +[0-9.]+%\n)+)  total +([0-9.]+) ms per forward", r.stdout)
     check(len(tables) == 2, "--profile prints one table per batch size")
     for rows, total in tables:
@@ -103,6 +110,8 @@ def prefill():
               f"batch {n}: the rate is the prompt tokens over the run's time")
         check(0 < b["mean_ttft"] <= b["seconds"] * (1 + 1e-9), f"batch {n}: the mean first token comes within the run")
     check(len(re.findall(r"prompt tok/s", r.stdout)) == 2, "one line per batch size")
+    check(all(b["products_ops_per_s"] > 0 for b in report["batches"]) and report["products_peak"] > 0,
+          "the prompts' matrix products have a rate, next to the measured peak")
 
 
 def bad_input():

@@ -18,6 +18,7 @@
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/linear_backward.h"
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/peak.h"
 #include "kernels/cpu/rmsnorm.h"
 #include "kernels/cpu/rmsnorm_backward.h"
 #include "kernels/cpu/rope.h"
@@ -55,6 +56,7 @@ struct KernelTable {
   decltype(&kernels::attention_forward_train) attention_forward_train;
   decltype(&kernels::attention_backward) attention_backward;
   decltype(&kernels::linear_backward_f32) linear_backward_f32;
+  PeakLoops peak;  // the arithmetic peak probe's loops (peak.h); last: the entries above are all pointers
 };
 
 // The table of one level; throws astrai::Error if the level is not compiled in or this CPU

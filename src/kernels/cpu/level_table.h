@@ -14,6 +14,7 @@ void fill_cross_entropy(KernelTable& t);
 void fill_embedding(KernelTable& t);
 void fill_linear(KernelTable& t);
 void fill_linear_backward(KernelTable& t);
+void fill_peak(KernelTable& t);
 void fill_rmsnorm(KernelTable& t);
 void fill_rmsnorm_backward(KernelTable& t);
 void fill_rope(KernelTable& t);

@@ -23,6 +23,7 @@ KernelTable make_table() {
   fill_embedding(t);
   fill_linear(t);
   fill_linear_backward(t);
+  fill_peak(t);
   fill_rmsnorm(t);
   fill_rmsnorm_backward(t);
   fill_rope(t);

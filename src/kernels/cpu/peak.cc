@@ -1,0 +1,276 @@
+// The loops of the arithmetic peak probe (peak.h), one set per level: C independent chains of
+// one instruction in registers. The chains start apart so the compiler cannot merge them, and
+// the 8-bit inputs pass through an empty asm so it can neither hoist the products out of the
+// loop nor share one product between chains. The x86 and neon 8-bit steps are written as
+// inline asm on the chain's register: through the intrinsics GCC 12 copied every accumulator
+// to another register (and some to the stack) each iteration. The timing around them is in peak_probe.cc (compiled once).
+#include <cstdint>
+
+#if defined(ASTRAI_ISA_V4) || defined(ASTRAI_ISA_V3)
+#include <immintrin.h>
+#elif defined(ASTRAI_ISA_NEON)
+#include <arm_neon.h>
+#endif
+
+#include <cmath>
+
+#include "kernels/cpu/level_table.h"
+#include "kernels/cpu/peak.h"
+
+ASTRAI_KERNELS_BEGIN
+
+namespace {
+
+#if defined(ASTRAI_ISA_V4) || defined(ASTRAI_ISA_V3)
+
+#if defined(ASTRAI_ISA_V4)
+using F32Vec = __m512;
+constexpr int kF32Chains = 24;  // of 32 zmm: an FMA's latency times its ports, and room to spare
+inline F32Vec f32_set(float v) { return _mm512_set1_ps(v); }
+inline F32Vec f32_fma(F32Vec a, F32Vec b, F32Vec c) { return _mm512_fmadd_ps(a, b, c); }
+inline double f32_lanes_sum(F32Vec v) {
+  alignas(64) float l[16];
+  _mm512_store_ps(l, v);
+  double s = 0;
+  for (float x : l) s += x;
+  return s;
+}
+constexpr const char* kF32Instruction = "vfmadd231ps zmm";
+constexpr int kMaddChains = 12;  // the AVX2 code v4 runs without VNNI
+#else
+using F32Vec = __m256;
+constexpr int kF32Chains = 12;  // of 16 ymm, with the two operands
+inline F32Vec f32_set(float v) { return _mm256_set1_ps(v); }
+inline F32Vec f32_fma(F32Vec a, F32Vec b, F32Vec c) { return _mm256_fmadd_ps(a, b, c); }
+inline double f32_lanes_sum(F32Vec v) {
+  alignas(32) float l[8];
+  _mm256_store_ps(l, v);
+  double s = 0;
+  for (float x : l) s += x;
+  return s;
+}
+constexpr const char* kF32Instruction = "vfmadd231ps ymm";
+constexpr int kMaddChains = 8;  // 8 accumulators + 3 operands + 2 temporaries of 16 ymm
+#endif
+constexpr int kF32Lanes = static_cast<int>(sizeof(F32Vec) / sizeof(float));
+
+double f32_loop(int64_t iters, double* check) {
+  F32Vec a[kF32Chains];
+  const F32Vec mul = f32_set(kPeakF32Mul), add = f32_set(kPeakF32Add);
+#pragma GCC unroll 24
+  for (int c = 0; c < kF32Chains; ++c) a[c] = f32_set(peak_f32_start(c));
+  for (int64_t i = 0; i < iters; ++i) {
+#pragma GCC unroll 24
+    for (int c = 0; c < kF32Chains; ++c) a[c] = f32_fma(a[c], mul, add);
+  }
+  double s = 0;
+  for (int c = 0; c < kF32Chains; ++c) s += f32_lanes_sum(a[c]);
+  *check += s;
+  return 2.0 * static_cast<double>(iters) * kF32Chains * kF32Lanes;
+}
+
+inline double i32x8_sum(__m256i v) {
+  alignas(32) int32_t l[8];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(l), v);
+  double s = 0;
+  for (int32_t x : l) s += x;
+  return s;
+}
+
+// AVX2's 8-bit product: u8 x s8 pairs to int16 (vpmaddubsw), pairs of those to int32
+// (vpmaddwd by ones), added to the chain: 32 multiply-adds per three instructions.
+double int8_madd_loop(int64_t iters, double* check) {
+  __m256i acc[kMaddChains];
+#pragma GCC unroll 12
+  for (int c = 0; c < kMaddChains; ++c) acc[c] = _mm256_set1_epi32(c);
+  const __m256i u = _mm256_set1_epi8(1), s = _mm256_set1_epi8(1), ones = _mm256_set1_epi16(1);
+  for (int64_t i = 0; i < iters; ++i) {
+#pragma GCC unroll 12
+    for (int c = 0; c < kMaddChains; ++c) {
+      __m256i t;
+      asm("vpmaddubsw %[s], %[u], %[t]\n\tvpmaddwd %[ones], %[t], %[t]\n\tvpaddd %[t], %[acc], %[acc]"
+          : [acc] "+x"(acc[c]), [t] "=&x"(t)
+          : [u] "x"(u), [s] "x"(s), [ones] "x"(ones));
+    }
+  }
+  __m256i total = acc[0];  // int32 sums are exact in any order
+#pragma GCC unroll 12
+  for (int c = 1; c < kMaddChains; ++c) total = _mm256_add_epi32(total, acc[c]);
+  *check += i32x8_sum(total);
+  return 2.0 * 32 * static_cast<double>(iters) * kMaddChains;
+}
+
+}  // namespace
+
+#if defined(ASTRAI_ISA_V4)
+ASTRAI_PRAGMA(GCC push_options)
+ASTRAI_PRAGMA(GCC target("avx512vnni"))
+namespace vnni {
+namespace {
+constexpr int kChains = 24;
+double int8_vnni_loop(int64_t iters, double* check) {
+  __m512i acc[kChains];
+#pragma GCC unroll 24
+  for (int c = 0; c < kChains; ++c) acc[c] = _mm512_set1_epi32(c);
+  const __m512i u = _mm512_set1_epi8(1), s = _mm512_set1_epi8(1);
+  for (int64_t i = 0; i < iters; ++i) {
+#pragma GCC unroll 24
+    for (int c = 0; c < kChains; ++c) asm("vpdpbusd %2, %1, %0" : "+v"(acc[c]) : "v"(u), "v"(s));
+  }
+  __m512i total = acc[0];
+#pragma GCC unroll 24
+  for (int c = 1; c < kChains; ++c) total = _mm512_add_epi32(total, acc[c]);
+  alignas(64) int32_t l[16];
+  _mm512_store_si512(l, total);
+  double sum = 0;
+  for (int32_t x : l) sum += x;
+  *check += sum;
+  return 2.0 * 64 * static_cast<double>(iters) * kChains;
+}
+}  // namespace
+}  // namespace vnni
+ASTRAI_PRAGMA(GCC pop_options)
+constexpr const char* kVnniInstruction = "vpdpbusd zmm";
+constexpr int kVnniChains = 24, kVnniLanes = 16;
+#else
+ASTRAI_PRAGMA(GCC push_options)
+ASTRAI_PRAGMA(GCC target("avxvnni"))
+namespace vnni {
+namespace {
+constexpr int kChains = 12;
+double int8_vnni_loop(int64_t iters, double* check) {
+  __m256i acc[kChains];
+#pragma GCC unroll 12
+  for (int c = 0; c < kChains; ++c) acc[c] = _mm256_set1_epi32(c);
+  const __m256i u = _mm256_set1_epi8(1), s = _mm256_set1_epi8(1);
+  for (int64_t i = 0; i < iters; ++i) {
+#pragma GCC unroll 12
+    for (int c = 0; c < kChains; ++c) asm("%{vex%} vpdpbusd %2, %1, %0" : "+x"(acc[c]) : "x"(u), "x"(s));
+  }
+  __m256i total = acc[0];
+#pragma GCC unroll 12
+  for (int c = 1; c < kChains; ++c) total = _mm256_add_epi32(total, acc[c]);
+  alignas(32) int32_t l[8];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(l), total);
+  double sum = 0;
+  for (int32_t x : l) sum += x;
+  *check += sum;
+  return 2.0 * 32 * static_cast<double>(iters) * kChains;
+}
+}  // namespace
+}  // namespace vnni
+ASTRAI_PRAGMA(GCC pop_options)
+constexpr const char* kVnniInstruction = "vpdpbusd ymm (AVX-VNNI)";
+constexpr int kVnniChains = 12, kVnniLanes = 8;
+#endif
+
+PeakLoops level_loops() {
+  PeakLoops p;
+  p.f32 = {&f32_loop, kF32Instruction, kF32Chains, kF32Lanes, 0, true};
+  p.int8 = {&int8_madd_loop, "vpmaddubsw + vpmaddwd + vpaddd ymm", kMaddChains, 8, 4, true};
+  p.int8_vnni = {&vnni::int8_vnni_loop, kVnniInstruction, kVnniChains, kVnniLanes, 4, true};
+  return p;
+}
+
+#elif defined(ASTRAI_ISA_NEON)
+
+constexpr int kF32Chains = 24;  // of 32 q registers
+
+double f32_loop(int64_t iters, double* check) {
+  float32x4_t a[kF32Chains];
+  const float32x4_t mul = vdupq_n_f32(kPeakF32Mul), add = vdupq_n_f32(kPeakF32Add);
+#pragma GCC unroll 24
+  for (int c = 0; c < kF32Chains; ++c) a[c] = vdupq_n_f32(peak_f32_start(c));
+  for (int64_t i = 0; i < iters; ++i) {
+#pragma GCC unroll 24
+    for (int c = 0; c < kF32Chains; ++c) a[c] = vfmaq_f32(add, a[c], mul);
+  }
+  double s = 0;
+  for (int c = 0; c < kF32Chains; ++c)
+    for (int l = 0; l < 4; ++l) s += a[c][l];
+  *check += s;
+  return 2.0 * static_cast<double>(iters) * kF32Chains * 4;
+}
+
+}  // namespace
+
+ASTRAI_PRAGMA(GCC push_options)
+ASTRAI_PRAGMA(GCC target("arch=armv8.2-a+dotprod"))
+namespace sdot {
+namespace {
+constexpr int kChains = 24;
+double int8_sdot_loop(int64_t iters, double* check) {
+  int32x4_t acc[kChains];
+#pragma GCC unroll 24
+  for (int c = 0; c < kChains; ++c) acc[c] = vdupq_n_s32(c);
+  const int8x16_t u = vdupq_n_s8(1), s = vdupq_n_s8(1);
+  for (int64_t i = 0; i < iters; ++i) {
+#pragma GCC unroll 24
+    for (int c = 0; c < kChains; ++c) asm("sdot %0.4s, %1.16b, %2.16b" : "+w"(acc[c]) : "w"(u), "w"(s));
+  }
+  double sum = 0;
+  for (int c = 0; c < kChains; ++c)
+    for (int l = 0; l < 4; ++l) sum += acc[c][l];
+  *check += sum;
+  return 2.0 * 16 * static_cast<double>(iters) * kChains;
+}
+}  // namespace
+}  // namespace sdot
+ASTRAI_PRAGMA(GCC pop_options)
+
+PeakLoops level_loops() {
+  PeakLoops p;
+  p.f32 = {&f32_loop, "fmla v.4s", kF32Chains, 4, 0, true};
+  p.int8_vnni = {&sdot::int8_sdot_loop, "sdot v.4s", sdot::kChains, 4, 4, true};  // none without it
+  return p;
+}
+
+#else  // generic: the scalar arithmetic of the reference, std::fma and int32 multiply-adds
+
+constexpr int kF32Chains = 8, kInt8Chains = 8;
+
+double f32_loop(int64_t iters, double* check) {
+  float a[kF32Chains];
+  for (int c = 0; c < kF32Chains; ++c) a[c] = peak_f32_start(c);
+  for (int64_t i = 0; i < iters; ++i) {
+#pragma GCC unroll 8
+    for (int c = 0; c < kF32Chains; ++c) a[c] = std::fma(a[c], kPeakF32Mul, kPeakF32Add);
+  }
+  double s = 0;
+  for (float x : a) s += x;
+  *check += s;
+  return 2.0 * static_cast<double>(iters) * kF32Chains;
+}
+
+// One 8-bit multiply-add per chain and iteration, in int32 as the reference sums a block.
+double int8_loop(int64_t iters, double* check) {
+  int32_t acc[kInt8Chains];
+  for (int c = 0; c < kInt8Chains; ++c) acc[c] = c;
+  int32_t u = 1, s = 1;
+  for (int64_t i = 0; i < iters; ++i) {
+#pragma GCC unroll 8
+    for (int c = 0; c < kInt8Chains; ++c) {
+      asm volatile("" : "+r"(u), "+r"(s));  // each chain its own product (volatile: never hoisted)
+      acc[c] += u * s;
+    }
+  }
+  double sum = 0;
+  for (int32_t x : acc) sum += x;
+  *check += sum;
+  return 2.0 * static_cast<double>(iters) * kInt8Chains;
+}
+
+}  // namespace
+
+PeakLoops level_loops() {
+  PeakLoops p;
+  p.f32 = {&f32_loop, "std::fma (scalar)", kF32Chains, 1, 0, true};
+  p.int8 = {&int8_loop, "int32 multiply-add (scalar)", kInt8Chains, 1, 1, true};
+  return p;
+}
+
+#endif
+
+void fill_peak(KernelTable& t) { t.peak = level_loops(); }
+
+ASTRAI_KERNELS_END
