@@ -195,17 +195,24 @@ model::ForwardProfile profile_between(const model::ForwardProfile& a, const mode
 // The matrix products of a profiled stretch of forwards (q/k/v, o, gate+up, down and the LM
 // head: their multiply-adds over the time of those operations) against the arithmetic peak of
 // the instruction they are built from: the 8-bit dot product for quantized weights times q8
-// activations, else the f32 fused multiply-add (f32, and 16-bit weights widened to f32).
+// activations, VDPBF16PS for bf16 weights in the bf16-dot mode where the CPU runs it, else the
+// f32 fused multiply-add (f32, and 16-bit weights widened to f32).
 struct Products {
-  bool int8 = false;
+  const char* unit = "f32 FMA";
   double peak = 0;  // operations per second
   std::string peak_line;
 
   static Products measure(const model::Transformer& m) {
     Products p;
-    p.int8 = kernels::activations() == kernels::Activations::kQ8 && quantized_share(m) > 0.5;
     const kernels::PeakRates r = kernels::peak_rates(num_threads());
-    p.peak = p.int8 ? r.int8_ops : r.f32_flops;
+    p.peak = r.f32_flops;
+    if (kernels::activations() == kernels::Activations::kQ8 && share_of(m, [](DType t) { return is_block_type(t); }) > 0.5) {
+      p.unit = "int8 dot";
+      p.peak = r.int8_ops;
+    } else if (kernels::bf16_dot() && r.bf16_flops > 0 && share_of(m, [](DType t) { return t == DType::kBF16; }) > 0.5) {
+      p.unit = "bf16 dot";
+      p.peak = r.bf16_flops;
+    }
     p.peak_line = kernels::peak_summary(r);
     return p;
   }
@@ -227,20 +234,21 @@ struct Products {
   }
   std::string describe(double rate) const {
     return str_cat(static_cast<int64_t>(rate / 1e9), " GOP/s, ", static_cast<int>(100 * rate / peak + 0.5), "% of the ",
-                   int8 ? "int8 dot" : "f32 FMA", " peak");
+                   unit, " peak");
   }
 
  private:
-  // The share of the layers' weights held in a quantized block format.
-  static double quantized_share(const model::Transformer& m) {
-    double all = 0, blocks = 0;
+  // The share of the layers' matrices (and a tied LM head) whose dtype passes `is`.
+  template <typename Is>
+  static double share_of(const model::Transformer& m, Is&& is) {
+    double all = 0, yes = 0;
     for (const auto& w : m.weights().params(m.config())) {
-      if (w.shape.size() != 2 || w.name == "model.embed_tokens.weight") continue;
+      if (w.shape.size() != 2 || (w.name == "model.embed_tokens.weight" && !m.config().tie_word_embeddings)) continue;
       const double n = static_cast<double>(w.tensor->numel());
       all += n;
-      if (is_block_type(w.tensor->dtype())) blocks += n;
+      if (is(w.tensor->dtype())) yes += n;
     }
-    return all > 0 ? blocks / all : 0.0;
+    return all > 0 ? yes / all : 0.0;
   }
 };
 

@@ -27,16 +27,17 @@ double f32_expected(const PeakLoop& loop) {
   return s;
 }
 
-double int8_expected(const PeakLoop& loop) {
+// The counting loops (8-bit, bf16): chain c from c, per_iter added each iteration.
+double counted_expected(const PeakLoop& loop) {
   double s = 0;
   for (int c = 0; c < loop.chains; ++c) s += loop.lanes * (c + static_cast<double>(loop.per_iter) * kIters);
   return s;
 }
 
-void expect_int8_loop(const PeakLoop& loop, const char* level) {
+void expect_counting_loop(const PeakLoop& loop, const char* level) {
   double check = 0;
   const double ops = loop.run(kIters, &check);
-  EXPECT_EQ(check, int8_expected(loop)) << level << " " << loop.instruction;
+  EXPECT_EQ(check, counted_expected(loop)) << level << " " << loop.instruction;
   EXPECT_EQ(ops, 2.0 * loop.per_iter * loop.lanes * loop.chains * kIters) << level << " " << loop.instruction;
 }
 
@@ -49,9 +50,10 @@ TEST(PeakProbe, EveryLevelsLoopsDoTheWorkTheyCount) {
     const double ops = loops.f32.run(kIters, &check);
     EXPECT_EQ(check, f32_expected(loops.f32)) << level;
     EXPECT_EQ(ops, 2.0 * loops.f32.lanes * loops.f32.chains * kIters) << level;
-    if (loops.int8.run) expect_int8_loop(loops.int8, level.c_str());
+    if (loops.int8.run) expect_counting_loop(loops.int8, level.c_str());
     const char* feature = vnni_feature(isa);
-    if (loops.int8_vnni.run && feature && cpu_has(feature)) expect_int8_loop(loops.int8_vnni, level.c_str());
+    if (loops.int8_vnni.run && feature && cpu_has(feature)) expect_counting_loop(loops.int8_vnni, level.c_str());
+    if (loops.bf16_dot.run && kernel_table(isa).bf16_dot_native()) expect_counting_loop(loops.bf16_dot, level.c_str());
   }
 }
 

@@ -64,7 +64,8 @@ double f32_loop(int64_t iters, double* check) {
     for (int c = 0; c < kF32Chains; ++c) a[c] = f32_fma(a[c], mul, add);
   }
   double s = 0;
-  for (int c = 0; c < kF32Chains; ++c) s += f32_lanes_sum(a[c]);
+#pragma GCC unroll 24
+  for (int c = 0; c < kF32Chains; ++c) s += f32_lanes_sum(a[c]);  // unrolled: a stays in registers
   *check += s;
   return 2.0 * static_cast<double>(iters) * kF32Chains * kF32Lanes;
 }
@@ -132,6 +133,32 @@ double int8_vnni_loop(int64_t iters, double* check) {
 ASTRAI_PRAGMA(GCC pop_options)
 constexpr const char* kVnniInstruction = "vpdpbusd zmm";
 constexpr int kVnniChains = 24, kVnniLanes = 16;
+
+// bf16 pairs (1.0, 1.0) times (1.0, 1.0) into f32 lanes: 2 exact products and adds a lane (the
+// chains stay below 2^24, so every sum is exact).
+ASTRAI_PRAGMA(GCC push_options)
+ASTRAI_PRAGMA(GCC target("avx512bf16"))
+namespace bf16dot {  // the only functions holding VDPBF16PS (scripts/check-isa.py)
+namespace {
+constexpr int kChains = 16;  // 24 made GCC copy accumulators between registers
+double bf16_dot_loop(int64_t iters, double* check) {
+  __m512 acc[kChains];
+#pragma GCC unroll 24
+  for (int c = 0; c < kChains; ++c) acc[c] = _mm512_set1_ps(static_cast<float>(c));
+  const __m512i one = _mm512_set1_epi16(0x3f80);  // bf16 1.0
+  for (int64_t i = 0; i < iters; ++i) {
+#pragma GCC unroll 24
+    for (int c = 0; c < kChains; ++c) asm("vdpbf16ps %2, %1, %0" : "+v"(acc[c]) : "v"(one), "v"(one));
+  }
+  double sum = 0;
+#pragma GCC unroll 24
+  for (int c = 0; c < kChains; ++c) sum += f32_lanes_sum(acc[c]);  // unrolled: acc stays in registers
+  *check += sum;
+  return 2.0 * 32 * static_cast<double>(iters) * kChains;
+}
+}  // namespace
+}  // namespace bf16dot
+ASTRAI_PRAGMA(GCC pop_options)
 #else
 ASTRAI_PRAGMA(GCC push_options)
 ASTRAI_PRAGMA(GCC target("avxvnni"))
@@ -169,6 +196,9 @@ PeakLoops level_loops() {
   p.f32 = {&f32_loop, kF32Instruction, kF32Chains, kF32Lanes, 0, true};
   p.int8 = {&int8_madd_loop, "vpmaddubsw + vpmaddwd + vpaddd ymm", kMaddChains, 8, 4, true};
   p.int8_vnni = {&vnni::int8_vnni_loop, kVnniInstruction, kVnniChains, kVnniLanes, 4, true};
+#if defined(ASTRAI_ISA_V4)
+  p.bf16_dot = {&bf16dot::bf16_dot_loop, "vdpbf16ps zmm", bf16dot::kChains, 16, 2, true};
+#endif
   return p;
 }
 

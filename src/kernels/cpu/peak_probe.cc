@@ -55,6 +55,10 @@ PeakRates peak_rates(int threads, double seconds) {
     p.int8_ops = rate(int8, threads, seconds);
     p.int8_instruction = int8.instruction;
   }
+  if (loops.bf16_dot.run && bf16_dot_native()) {
+    p.bf16_flops = rate(loops.bf16_dot, threads, seconds);
+    p.bf16_instruction = loops.bf16_dot.instruction;
+  }
   return p;
 }
 
@@ -64,6 +68,9 @@ std::string peak_summary(const PeakRates& p) {
   if (p.int8_ops > 0)
     n += std::snprintf(line + n, sizeof line - static_cast<size_t>(n), ", int8 dot %.0f GOP/s (%s)", p.int8_ops / 1e9,
                        p.int8_instruction.c_str());
+  if (p.bf16_flops > 0)
+    n += std::snprintf(line + n, sizeof line - static_cast<size_t>(n), ", bf16 dot %.0f GFLOP/s (%s)",
+                       p.bf16_flops / 1e9, p.bf16_instruction.c_str());
   std::snprintf(line + n, sizeof line - static_cast<size_t>(n), ", %d thread%s", p.threads, p.threads == 1 ? "" : "s");
   return line;
 }
