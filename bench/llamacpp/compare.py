@@ -17,7 +17,10 @@ step: its attention, its matrix products against the arithmetic peak (`astrai be
 in the same run), and the best ratio with the products at that peak.
 
     bench/llamacpp/compare.py [--threads 2] [--formats f32,bf16,f16,q8_0,q4_0,q4_k,q4_k_m,q5_k,q6_k]
-                              [--no-batched] [--bf16-dot] [--out build/llamacpp/compare]
+                              [--no-batched] [--bf16-dot] [--rounds N] [--out build/llamacpp/compare]
+
+--rounds N runs both programs N times per format, alternately, and keeps each side's best rate
+(each run is itself the best or mean of a few repetitions, as llama-bench's -r 3).
 
 --bf16-dot adds a row "bf16 --bf16-dot": our bf16 checkpoint again with bf16 weights times
 bf16-rounded activations (AVX512_BF16's VDPBF16PS where the CPU has it), the arithmetic llama.cpp
@@ -229,6 +232,24 @@ def llama_side(bin_dir, gguf_path, threads, batched):
     return res
 
 
+def best_of(rounds):
+    """One result from several rounds of one side: each rate the best of its rounds (as
+    llama-bench -r and our --repeat do within a run); the 32-sequence step's breakdown from the
+    round with the best 32-sequence rate."""
+    best = dict(rounds[0])
+    for r in rounds[1:]:
+        for k, v in r.items():
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and k != "products_peak":
+                best[k] = max(best.get(k, v), v)
+    top = max(rounds, key=lambda r: r.get("b32_tg", 0))
+    for k in ("b32_step", "products_peak"):
+        if k in top:
+            best[k] = top[k]
+    if len(rounds) > 1:
+        best["rounds"] = len(rounds)
+    return best
+
+
 def our_side(astrai, model_dir, threads, batched, env=None):
     res = {}
     common = ["--model", model_dir, "--threads", str(threads), "--kv-dtype", "bf16", "--json"]
@@ -322,6 +343,9 @@ def main():
     ap.add_argument("--table", metavar="RESULTS_JSON", help="only print the table of an earlier run's results.json")
     ap.add_argument("--bf16-dot", action="store_true",
                     help="also run our bf16 checkpoint with --bf16-dot (bf16-rounded activations, as llama.cpp)")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="per format, run llama.cpp and ours alternately this many times and keep each side's best "
+                         "(this host's rates move by up to 1.5x between minutes)")
     ap.add_argument("--activations", choices=["q8", "f32"], default="q8",
                     help="what our quantized weights multiply (astrai --activations; q8, the default, as llama.cpp)")
     a = ap.parse_args()
@@ -358,7 +382,7 @@ def main():
                 pure = ["--pure"] if fmt in PURE else []
                 run([f"{bin_dir}/llama-quantize"] + pure + [gguf_path, qpath, QUANT[fmt], str(a.threads)])
             gguf_path = qpath
-        r = {"llama.cpp": llama_side(bin_dir, gguf_path, a.threads, not a.no_batched)}
+        theirs, ours = [], []
         if fmt in OURS or fmt in OUR_QUANT:
             d = os.path.join(a.out, f"astrai-{fmt}")
             if not os.path.exists(os.path.join(d, "config.json")):
@@ -369,23 +393,28 @@ def main():
                     if not os.path.exists(os.path.join(f32_dir, "config.json")):
                         write_ours(weights, "f32", f32_dir)
                     run([a.astrai, "quantize", "--model", f32_dir, "--type", fmt, "--output", d])
-            r["astrai"] = our_side(a.astrai, d, a.threads, not a.no_batched)
         else:  # llama.cpp's own mixture (Q4_K_M): we run the same GGUF file
-            r["astrai"] = our_side(a.astrai, gguf_path, a.threads, not a.no_batched)
+            d = gguf_path
+        for _ in range(max(1, a.rounds)):  # alternately: both sides meet the host in the same states
+            theirs.append(llama_side(bin_dir, gguf_path, a.threads, not a.no_batched))
+            ours.append(our_side(a.astrai, d, a.threads, not a.no_batched))
+        r = {"llama.cpp": best_of(theirs), "astrai": best_of(ours)}
         results[fmt] = r
         log(fmt, json.dumps(r))
         if fmt == "bf16" and a.bf16_dot:
             env = dict(os.environ, ASTRAI_BF16_DOT="1")
-            results["bf16 --bf16-dot"] = {"llama.cpp": r["llama.cpp"],
-                                          "astrai": our_side(a.astrai, d, a.threads, not a.no_batched, env)}
+            results["bf16 --bf16-dot"] = {
+                "llama.cpp": r["llama.cpp"],
+                "astrai": best_of([our_side(a.astrai, d, a.threads, not a.no_batched, env) for _ in range(max(1, a.rounds))])}
             log("bf16 --bf16-dot", json.dumps(results["bf16 --bf16-dot"]))
     report = {"cpu": cpu_model(), "threads": a.threads, "date": time.strftime("%Y-%m-%d"), "results": results,
-              "activations": a.activations}
+              "activations": a.activations, "rounds": max(1, a.rounds)}
     with open(os.path.join(a.out, "results.json"), "w") as f:
         json.dump(report, f, indent=1)
     kern = next((r["astrai"]["kernels"] for r in results.values() if "astrai" in r), "?")
+    rounds = f", best of {report['rounds']} alternating rounds per side" if report["rounds"] > 1 else ""
     print(f"{report['cpu']}, {a.threads} threads, AstrAI kernels {kern}, quantized weights times {a.activations} "
-          f"activations, {report['date']}\n")
+          f"activations{rounds}, {report['date']}\n")
     print(table(results, not a.no_batched))
     if not a.no_batched and limits(results):
         print("\n" + limits(results))
