@@ -21,7 +21,7 @@ double f32_expected(const PeakLoop& loop) {
   for (int c = 0; c < loop.chains; ++c) {
     float a = peak_f32_start(c);
     for (int64_t i = 0; i < kIters; ++i)
-      a = loop.fused ? std::fma(a, kPeakF32Mul, kPeakF32Add) : a * kPeakF32Mul + kPeakF32Add;
+      a = loop.fused ? std::fma(kPeakF32X, kPeakF32Y, a) : a + kPeakF32X * kPeakF32Y;
     for (int l = 0; l < loop.lanes; ++l) s += a;
   }
   return s;

@@ -1,9 +1,10 @@
-// The loops of the arithmetic peak probe (peak.h), one set per level: C independent chains of
-// one instruction in registers. The chains start apart so the compiler cannot merge them, and
-// the 8-bit inputs pass through an empty asm so it can neither hoist the products out of the
-// loop nor share one product between chains. The x86 and neon 8-bit steps are written as
-// inline asm on the chain's register: through the intrinsics GCC 12 copied every accumulator
-// to another register (and some to the stack) each iteration. The timing around them is in peak_probe.cc (compiled once).
+// The loops of the arithmetic peak probe (peak.h), one set per level: independent chains of one
+// instruction in registers. The chains start apart, so the compiler cannot merge them. The x86
+// and neon dot-product steps are inline asm on the chain's register: through the intrinsics
+// GCC 12 copied accumulators between registers (and some to the stack) every iteration, and
+// could hoist a product of loop-invariant inputs. The reductions after the loops are unrolled
+// so the chains stay in registers. The timing around the loops is in peak_probe.cc (compiled
+// once).
 #include <cstdint>
 
 #if defined(ASTRAI_ISA_V4) || defined(ASTRAI_ISA_V3)
@@ -50,18 +51,18 @@ inline double f32_lanes_sum(F32Vec v) {
   return s;
 }
 constexpr const char* kF32Instruction = "vfmadd231ps ymm";
-constexpr int kMaddChains = 8;  // 8 accumulators + 3 operands + 2 temporaries of 16 ymm
+constexpr int kMaddChains = 8;  // 8 accumulators, 3 operands and a temporary of 16 ymm
 #endif
 constexpr int kF32Lanes = static_cast<int>(sizeof(F32Vec) / sizeof(float));
 
 double f32_loop(int64_t iters, double* check) {
   F32Vec a[kF32Chains];
-  const F32Vec mul = f32_set(kPeakF32Mul), add = f32_set(kPeakF32Add);
+  const F32Vec x = f32_set(kPeakF32X), y = f32_set(kPeakF32Y);
 #pragma GCC unroll 24
   for (int c = 0; c < kF32Chains; ++c) a[c] = f32_set(peak_f32_start(c));
   for (int64_t i = 0; i < iters; ++i) {
 #pragma GCC unroll 24
-    for (int c = 0; c < kF32Chains; ++c) a[c] = f32_fma(a[c], mul, add);
+    for (int c = 0; c < kF32Chains; ++c) a[c] = f32_fma(x, y, a[c]);
   }
   double s = 0;
 #pragma GCC unroll 24
@@ -208,14 +209,15 @@ constexpr int kF32Chains = 24;  // of 32 q registers
 
 double f32_loop(int64_t iters, double* check) {
   float32x4_t a[kF32Chains];
-  const float32x4_t mul = vdupq_n_f32(kPeakF32Mul), add = vdupq_n_f32(kPeakF32Add);
+  const float32x4_t x = vdupq_n_f32(kPeakF32X), y = vdupq_n_f32(kPeakF32Y);
 #pragma GCC unroll 24
   for (int c = 0; c < kF32Chains; ++c) a[c] = vdupq_n_f32(peak_f32_start(c));
   for (int64_t i = 0; i < iters; ++i) {
 #pragma GCC unroll 24
-    for (int c = 0; c < kF32Chains; ++c) a[c] = vfmaq_f32(add, a[c], mul);
+    for (int c = 0; c < kF32Chains; ++c) a[c] = vfmaq_f32(a[c], x, y);  // fmla: a += x * y in place
   }
   double s = 0;
+#pragma GCC unroll 24
   for (int c = 0; c < kF32Chains; ++c)
     for (int l = 0; l < 4; ++l) s += a[c][l];
   *check += s;
@@ -239,6 +241,7 @@ double int8_sdot_loop(int64_t iters, double* check) {
     for (int c = 0; c < kChains; ++c) asm("sdot %0.4s, %1.16b, %2.16b" : "+w"(acc[c]) : "w"(u), "w"(s));
   }
   double sum = 0;
+#pragma GCC unroll 24
   for (int c = 0; c < kChains; ++c)
     for (int l = 0; l < 4; ++l) sum += acc[c][l];
   *check += sum;
@@ -264,7 +267,7 @@ double f32_loop(int64_t iters, double* check) {
   for (int c = 0; c < kF32Chains; ++c) a[c] = peak_f32_start(c);
   for (int64_t i = 0; i < iters; ++i) {
 #pragma GCC unroll 8
-    for (int c = 0; c < kF32Chains; ++c) a[c] = std::fma(a[c], kPeakF32Mul, kPeakF32Add);
+    for (int c = 0; c < kF32Chains; ++c) a[c] = std::fma(kPeakF32X, kPeakF32Y, a[c]);
   }
   double s = 0;
   for (float x : a) s += x;
@@ -272,7 +275,8 @@ double f32_loop(int64_t iters, double* check) {
   return 2.0 * static_cast<double>(iters) * kF32Chains;
 }
 
-// One 8-bit multiply-add per chain and iteration, in int32 as the reference sums a block.
+// One 8-bit multiply-add per chain and iteration, in int32 as the reference sums a block; the
+// empty asm (volatile: never hoisted) gives each chain a product of its own.
 double int8_loop(int64_t iters, double* check) {
   int32_t acc[kInt8Chains];
   for (int c = 0; c < kInt8Chains; ++c) acc[c] = c;
@@ -280,7 +284,7 @@ double int8_loop(int64_t iters, double* check) {
   for (int64_t i = 0; i < iters; ++i) {
 #pragma GCC unroll 8
     for (int c = 0; c < kInt8Chains; ++c) {
-      asm volatile("" : "+r"(u), "+r"(s));  // each chain its own product (volatile: never hoisted)
+      asm volatile("" : "+r"(u), "+r"(s));
       acc[c] += u * s;
     }
   }

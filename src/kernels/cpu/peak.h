@@ -17,7 +17,8 @@ namespace astrai::kernels {
 // One loop of a level: `run(iters, check)` runs `iters` iterations on each of `chains` chains
 // of `lanes` lanes, returns the operations done and adds every lane's final value into *check,
 // so no chain can be optimized away. What they compute, for the tests: an f32 chain c starts at
-// peak_f32_start(c) and runs a = a * kPeakF32Mul + kPeakF32Add (rounded once where `fused`);
+// peak_f32_start(c) and runs a = a + kPeakF32X * kPeakF32Y (rounded once where `fused`: the
+// chain is the addend, as FMLA and vfmadd231ps accumulate in place);
 // an 8-bit (or bf16) chain c starts at c and each iteration adds `per_iter` to every lane (its
 // `per_iter` products of 1 x 1 in each lane).
 struct PeakLoop {
@@ -34,7 +35,7 @@ struct PeakLoops {
   PeakLoop bf16_dot;   // vdpbf16ps (v4 only; run where kernels::bf16_dot_native())
 };
 
-constexpr float kPeakF32Mul = 0.999999f, kPeakF32Add = 1e-3f;
+constexpr float kPeakF32X = 0.999999f, kPeakF32Y = 1e-3f;
 inline float peak_f32_start(int chain) { return 1.0f + 0.125f * static_cast<float>(chain); }
 
 struct PeakRates {
