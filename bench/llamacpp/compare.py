@@ -268,8 +268,8 @@ def our_side(astrai, model_dir, threads, batched, env=None):
         res[f"b{b['batch']}_tg"] = b["tokens_per_s"]
         if b["batch"] == 32 and "products_ms" in b:  # where a 32-sequence step goes (limits())
             res["b32_step"] = {"step_ms": b["step_ms"], "products_ms": b["products_ms"],
-                               "products_ops": b["products_ops"],
-                               "attention_ms": b["attention_share"] * b["forward_ms"]}
+                               "products_ops": b["products_ops"], "attention_ms": b["attention_ms"],
+                               "kv_gbs": b["kv_bytes"] / b["attention_ms"] / 1e6}
     res["tg128"] = res["b1_tg"]
     res["products_peak"] = j.get("products_peak")
     return res
@@ -315,7 +315,7 @@ def limits(results):
     of the arithmetic peak measured in the same run (`astrai bench` prints it: the 8-bit dot
     product for quantized weights, the f32 FMA otherwise); and the best ratio reachable with the
     products at 100% of that peak and everything else as measured."""
-    lines = ["| weights | llama.cpp (tok/s) | 3x needs a step of | our step | attention | matrix products "
+    lines = ["| weights | llama.cpp (tok/s) | 3x needs a step of | our step | attention (K/V read) | matrix products "
              "(share of the peak) | products at the peak | best ratio with products at the peak |",
              "|---|---|---|---|---|---|---|---|"]
     for fmt, r in results.items():
@@ -327,7 +327,8 @@ def limits(results):
         at_peak = st["products_ops"] / peak * 1e3
         best_step = st["step_ms"] - st["products_ms"] + at_peak
         share = st["products_ops"] / (st["products_ms"] / 1e3) / peak
-        lines.append(f"| {fmt} | {theirs:.1f} | {budget:.1f} ms | {st['step_ms']:.1f} ms | {st['attention_ms']:.1f} ms | "
+        kv = f" ({st['kv_gbs']:.0f} GB/s)" if "kv_gbs" in st else ""  # results.json of older runs lack it
+        lines.append(f"| {fmt} | {theirs:.1f} | {budget:.1f} ms | {st['step_ms']:.1f} ms | {st['attention_ms']:.1f} ms{kv} | "
                      f"{st['products_ms']:.1f} ms ({100 * share:.0f}%) | {at_peak:.1f} ms | "
                      f"{32 / (best_step / 1e3) / theirs:.2f}x |")
     return "\n".join(lines) if len(lines) > 2 else ""

@@ -416,11 +416,17 @@ void run_decode(const DecodeFlags& f) {
     // Every decode-phase step runs b rows through the layers and the LM head; per forward:
     const double fw = std::max<double>(1, static_cast<double>(s.decode_profile.forwards));
     const Products::Work pw = on_cpu ? Products::work(*m, s.decode_profile, b * fw, b * fw) : Products::Work{};
-    if (on_cpu) std::printf("          matrix products: %s\n", products.describe(pw.rate()).c_str());
+    // Attention reads each sequence's K/V once per step (the same mean context as above).
+    const double attention_s = s.decode_profile.seconds[static_cast<size_t>(model::ForwardOp::kAttention)] / fw;
+    if (on_cpu)
+      std::printf("          matrix products: %s; attention: %.1f ms, %.1f GB/s of K/V\n",
+                  products.describe(pw.rate()).c_str(), attention_s * 1e3, attention_s > 0 ? kv_bytes / attention_s / 1e9 : 0.0);
     if (f.profile) std::printf("%s", s.decode_profile.table().c_str());
     report["batches"].push_back({{"batch", b},
                                  {"products_ops", pw.ops / fw},
                                  {"products_ms", pw.seconds / fw * 1e3},
+                                 {"attention_ms", attention_s * 1e3},
+                                 {"kv_bytes", kv_bytes},
                                  {"tokens_per_s", s.decode_tps},
                                  {"step_ms", s.step_seconds * 1e3},
                                  {"forward_ms", s.forward_ms},

@@ -67,8 +67,13 @@ def decode():
     check(one > 0 and abs(three - 3 * one) <= 1e-9 * three, "a step's product operations: b times one row's")
     check(report["products_peak"] > 0 and re.search(r"arithmetic peak \(register-only loops\): f32 FMA [0-9]+ GFLOP/s",
                                                     r.stdout) is not None, "the arithmetic peak is measured and printed")
-    check(len(re.findall(r"matrix products: [0-9]+ GOP/s, [0-9]+% of the f32 FMA peak", r.stdout)) == 2,
-          "each batch size's products as a share of the peak (f32 weights: the FMA's)")    # --profile: a table per batch size, whose rows add up to its total line.
+    check(len(re.findall(r"matrix products: [0-9]+ GOP/s, [0-9]+% of the f32 FMA peak; attention: [0-9.]+ ms, "
+                         r"[0-9.]+ GB/s of K/V", r.stdout)) == 2,
+          "each batch size's products as a share of the peak (f32 weights: the FMA's), and its attention's K/V rate")
+    for b in report["batches"]:
+        check(0 < b["attention_ms"] < b["forward_ms"] and b["kv_bytes"] > 0, f"batch {b['batch']}: attention ms, K/V bytes")
+    check(abs(report["batches"][1]["kv_bytes"] - 3 * report["batches"][0]["kv_bytes"]) <= 1e-9 * report["batches"][1]["kv_bytes"],
+          "a step's K/V bytes: b times one sequence's")    # --profile: a table per batch size, whose rows add up to its total line.
     tables = re.findall(r"((?:  [a-z+ ]+ +[0-9.]+ ms +[0-9.]+%\n)+)  total +([0-9.]+) ms per forward", r.stdout)
     check(len(tables) == 2, "--profile prints one table per batch size")
     for rows, total in tables:
