@@ -206,10 +206,12 @@ struct Products {
     Products p;
     const kernels::PeakRates r = kernels::peak_rates(num_threads());
     p.peak = r.f32_flops;
-    if (kernels::activations() == kernels::Activations::kQ8 && share_of(m, [](DType t) { return is_block_type(t); }) > 0.5) {
+    const bool quantized = share_of(m, [](DType t) { return is_block_type(t); }) > 0.5;
+    const bool bf16 = share_of(m, [](DType t) { return t == DType::kBF16; }) > 0.5;
+    if (quantized && kernels::activations() == kernels::Activations::kQ8) {
       p.unit = "int8 dot";
       p.peak = r.int8_ops;
-    } else if (kernels::bf16_dot() && r.bf16_flops > 0 && share_of(m, [](DType t) { return t == DType::kBF16; }) > 0.5) {
+    } else if (bf16 && kernels::bf16_dot() && r.bf16_flops > 0) {
       p.unit = "bf16 dot";
       p.peak = r.bf16_flops;
     }
@@ -418,9 +420,10 @@ void run_decode(const DecodeFlags& f) {
     const Products::Work pw = on_cpu ? Products::work(*m, s.decode_profile, b * fw, b * fw) : Products::Work{};
     // Attention reads each sequence's K/V once per step (the same mean context as above).
     const double attention_s = s.decode_profile.seconds[static_cast<size_t>(model::ForwardOp::kAttention)] / fw;
+    const double kv_rate = attention_s > 0 ? kv_bytes / attention_s : 0.0;
     if (on_cpu)
       std::printf("          matrix products: %s; attention: %.1f ms, %.1f GB/s of K/V\n",
-                  products.describe(pw.rate()).c_str(), attention_s * 1e3, attention_s > 0 ? kv_bytes / attention_s / 1e9 : 0.0);
+                  products.describe(pw.rate()).c_str(), attention_s * 1e3, kv_rate / 1e9);
     if (f.profile) std::printf("%s", s.decode_profile.table().c_str());
     report["batches"].push_back({{"batch", b},
                                  {"products_ops", pw.ops / fw},

@@ -1,10 +1,11 @@
 // The loops of the arithmetic peak probe (peak.h), one set per level: independent chains of one
-// instruction in registers. The chains start apart, so the compiler cannot merge them. The x86
-// and neon dot-product steps are inline asm on the chain's register: through the intrinsics
-// GCC 12 copied accumulators between registers (and some to the stack) every iteration, and
-// could hoist a product of loop-invariant inputs. The reductions after the loops are unrolled
-// so the chains stay in registers. The timing around the loops is in peak_probe.cc (compiled
-// once).
+// instruction in registers. The chains start apart, so the compiler cannot merge them. One f32
+// loop serves every level over the level's vector type. The x86 and neon dot-product steps are
+// inline asm on the chain's register: through the intrinsics GCC 12 copied accumulators between
+// registers (and some to the stack) every iteration, and could hoist a product of loop-invariant
+// inputs. They stay in their extension's namespace (vnni, bf16dot, sdot: scripts/check-isa.py),
+// so neon's sdot loop and x86's VNNI loop are written apart. The reductions after the loops are
+// unrolled so the chains stay in registers. The timing is in peak_probe.cc (compiled once).
 #include <cstdint>
 
 #if defined(ASTRAI_ISA_V4) || defined(ASTRAI_ISA_V3)
@@ -14,6 +15,7 @@
 #endif
 
 #include <cmath>
+#include <cstring>
 
 #include "kernels/cpu/level_table.h"
 #include "kernels/cpu/peak.h"
@@ -22,38 +24,41 @@ ASTRAI_KERNELS_BEGIN
 
 namespace {
 
-#if defined(ASTRAI_ISA_V4) || defined(ASTRAI_ISA_V3)
-
+// ---- f32: a += x * y, fused, on the level's widest vector ----
 #if defined(ASTRAI_ISA_V4)
 using F32Vec = __m512;
 constexpr int kF32Chains = 24;  // of 32 zmm: an FMA's latency times its ports, and room to spare
 inline F32Vec f32_set(float v) { return _mm512_set1_ps(v); }
-inline F32Vec f32_fma(F32Vec a, F32Vec b, F32Vec c) { return _mm512_fmadd_ps(a, b, c); }
-inline double f32_lanes_sum(F32Vec v) {
-  alignas(64) float l[16];
-  _mm512_store_ps(l, v);
-  double s = 0;
-  for (float x : l) s += x;
-  return s;
-}
+inline F32Vec f32_fma(F32Vec x, F32Vec y, F32Vec a) { return _mm512_fmadd_ps(x, y, a); }
 constexpr const char* kF32Instruction = "vfmadd231ps zmm";
-constexpr int kMaddChains = 12;  // the AVX2 code v4 runs without VNNI
-#else
+#elif defined(ASTRAI_ISA_V3)
 using F32Vec = __m256;
 constexpr int kF32Chains = 12;  // of 16 ymm, with the two operands
 inline F32Vec f32_set(float v) { return _mm256_set1_ps(v); }
-inline F32Vec f32_fma(F32Vec a, F32Vec b, F32Vec c) { return _mm256_fmadd_ps(a, b, c); }
+inline F32Vec f32_fma(F32Vec x, F32Vec y, F32Vec a) { return _mm256_fmadd_ps(x, y, a); }
+constexpr const char* kF32Instruction = "vfmadd231ps ymm";
+#elif defined(ASTRAI_ISA_NEON)
+using F32Vec = float32x4_t;
+constexpr int kF32Chains = 24;  // of 32 q registers
+inline F32Vec f32_set(float v) { return vdupq_n_f32(v); }
+inline F32Vec f32_fma(F32Vec x, F32Vec y, F32Vec a) { return vfmaq_f32(a, x, y); }  // fmla: in place
+constexpr const char* kF32Instruction = "fmla v.4s";
+#else  // generic: the reference's scalar std::fma
+using F32Vec = float;
+constexpr int kF32Chains = 8;
+inline F32Vec f32_set(float v) { return v; }
+inline F32Vec f32_fma(F32Vec x, F32Vec y, F32Vec a) { return std::fma(x, y, a); }
+constexpr const char* kF32Instruction = "std::fma (scalar)";
+#endif
+constexpr int kF32Lanes = static_cast<int>(sizeof(F32Vec) / sizeof(float));
+
 inline double f32_lanes_sum(F32Vec v) {
-  alignas(32) float l[8];
-  _mm256_store_ps(l, v);
+  float l[kF32Lanes];
+  std::memcpy(l, &v, sizeof v);
   double s = 0;
   for (float x : l) s += x;
   return s;
 }
-constexpr const char* kF32Instruction = "vfmadd231ps ymm";
-constexpr int kMaddChains = 8;  // 8 accumulators, 3 operands and a temporary of 16 ymm
-#endif
-constexpr int kF32Lanes = static_cast<int>(sizeof(F32Vec) / sizeof(float));
 
 double f32_loop(int64_t iters, double* check) {
   F32Vec a[kF32Chains];
@@ -70,6 +75,14 @@ double f32_loop(int64_t iters, double* check) {
   *check += s;
   return 2.0 * static_cast<double>(iters) * kF32Chains * kF32Lanes;
 }
+
+#if defined(ASTRAI_ISA_V4) || defined(ASTRAI_ISA_V3)
+// ---- 8-bit products without VNNI: AVX2's, which v4 runs too where the CPU has no VNNI ----
+#if defined(ASTRAI_ISA_V4)
+constexpr int kMaddChains = 12;
+#else
+constexpr int kMaddChains = 8;  // 8 accumulators, 3 operands and a temporary of 16 ymm
+#endif
 
 inline double i32x8_sum(__m256i v) {
   alignas(32) int32_t l[8];
@@ -102,39 +115,90 @@ double int8_madd_loop(int64_t iters, double* check) {
   return 2.0 * 32 * static_cast<double>(iters) * kMaddChains;
 }
 
+#elif !defined(ASTRAI_ISA_NEON)
+// ---- generic: the reference's int32 multiply-adds ----
+constexpr int kInt8Chains = 8;
+
+// One 8-bit multiply-add per chain and iteration, in int32 as the reference sums a block; the
+// empty asm (volatile: never hoisted) gives each chain a product of its own.
+double int8_loop(int64_t iters, double* check) {
+  int32_t acc[kInt8Chains];
+  for (int c = 0; c < kInt8Chains; ++c) acc[c] = c;
+  int32_t u = 1, s = 1;
+  for (int64_t i = 0; i < iters; ++i) {
+#pragma GCC unroll 8
+    for (int c = 0; c < kInt8Chains; ++c) {
+      asm volatile("" : "+r"(u), "+r"(s));
+      acc[c] += u * s;
+    }
+  }
+  double sum = 0;
+  for (int32_t x : acc) sum += x;
+  *check += sum;
+  return 2.0 * static_cast<double>(iters) * kInt8Chains;
+}
+
+#endif
+
 }  // namespace
 
-#if defined(ASTRAI_ISA_V4)
+#if defined(ASTRAI_ISA_V4) || defined(ASTRAI_ISA_V3)
+
+// VNNI's 8-bit dot product, compiled for the level plus its extension (namespace vnni, as the
+// kernels' VNNI tiles; scripts/check-isa.py allows the instruction nowhere else).
 ASTRAI_PRAGMA(GCC push_options)
+#if defined(ASTRAI_ISA_V4)
 ASTRAI_PRAGMA(GCC target("avx512vnni"))
+#else
+ASTRAI_PRAGMA(GCC target("avxvnni"))
+#endif
 namespace vnni {
 namespace {
+#if defined(ASTRAI_ISA_V4)
+using I32Vec = __m512i;
 constexpr int kChains = 24;
+constexpr const char* kInstruction = "vpdpbusd zmm";
+inline I32Vec set_i32(int32_t v) { return _mm512_set1_epi32(v); }
+inline I32Vec set_i8(int8_t v) { return _mm512_set1_epi8(v); }
+inline I32Vec add_i32(I32Vec a, I32Vec b) { return _mm512_add_epi32(a, b); }
+inline void dot_step(I32Vec& acc, I32Vec u, I32Vec s) { asm("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(u), "v"(s)); }
+#else
+using I32Vec = __m256i;
+constexpr int kChains = 12;
+constexpr const char* kInstruction = "vpdpbusd ymm (AVX-VNNI)";
+inline I32Vec set_i32(int32_t v) { return _mm256_set1_epi32(v); }
+inline I32Vec set_i8(int8_t v) { return _mm256_set1_epi8(v); }
+inline I32Vec add_i32(I32Vec a, I32Vec b) { return _mm256_add_epi32(a, b); }
+inline void dot_step(I32Vec& acc, I32Vec u, I32Vec s) {
+  asm("%{vex%} vpdpbusd %2, %1, %0" : "+x"(acc) : "x"(u), "x"(s));
+}
+#endif
+constexpr int kLanes = static_cast<int>(sizeof(I32Vec) / sizeof(int32_t));
+
 double int8_vnni_loop(int64_t iters, double* check) {
-  __m512i acc[kChains];
+  I32Vec acc[kChains];
 #pragma GCC unroll 24
-  for (int c = 0; c < kChains; ++c) acc[c] = _mm512_set1_epi32(c);
-  const __m512i u = _mm512_set1_epi8(1), s = _mm512_set1_epi8(1);
+  for (int c = 0; c < kChains; ++c) acc[c] = set_i32(c);
+  const I32Vec u = set_i8(1), s = set_i8(1);
   for (int64_t i = 0; i < iters; ++i) {
 #pragma GCC unroll 24
-    for (int c = 0; c < kChains; ++c) asm("vpdpbusd %2, %1, %0" : "+v"(acc[c]) : "v"(u), "v"(s));
+    for (int c = 0; c < kChains; ++c) dot_step(acc[c], u, s);
   }
-  __m512i total = acc[0];
+  I32Vec total = acc[0];  // int32 sums are exact in any order
 #pragma GCC unroll 24
-  for (int c = 1; c < kChains; ++c) total = _mm512_add_epi32(total, acc[c]);
-  alignas(64) int32_t l[16];
-  _mm512_store_si512(l, total);
+  for (int c = 1; c < kChains; ++c) total = add_i32(total, acc[c]);
+  int32_t l[kLanes];
+  std::memcpy(l, &total, sizeof total);
   double sum = 0;
   for (int32_t x : l) sum += x;
   *check += sum;
-  return 2.0 * 64 * static_cast<double>(iters) * kChains;
+  return 2.0 * 4 * kLanes * static_cast<double>(iters) * kChains;
 }
 }  // namespace
 }  // namespace vnni
 ASTRAI_PRAGMA(GCC pop_options)
-constexpr const char* kVnniInstruction = "vpdpbusd zmm";
-constexpr int kVnniChains = 24, kVnniLanes = 16;
 
+#if defined(ASTRAI_ISA_V4)
 // bf16 pairs (1.0, 1.0) times (1.0, 1.0) into f32 lanes: 2 exact products and adds a lane (the
 // chains stay below 2^24, so every sum is exact).
 ASTRAI_PRAGMA(GCC push_options)
@@ -160,43 +224,13 @@ double bf16_dot_loop(int64_t iters, double* check) {
 }  // namespace
 }  // namespace bf16dot
 ASTRAI_PRAGMA(GCC pop_options)
-#else
-ASTRAI_PRAGMA(GCC push_options)
-ASTRAI_PRAGMA(GCC target("avxvnni"))
-namespace vnni {
-namespace {
-constexpr int kChains = 12;
-double int8_vnni_loop(int64_t iters, double* check) {
-  __m256i acc[kChains];
-#pragma GCC unroll 12
-  for (int c = 0; c < kChains; ++c) acc[c] = _mm256_set1_epi32(c);
-  const __m256i u = _mm256_set1_epi8(1), s = _mm256_set1_epi8(1);
-  for (int64_t i = 0; i < iters; ++i) {
-#pragma GCC unroll 12
-    for (int c = 0; c < kChains; ++c) asm("%{vex%} vpdpbusd %2, %1, %0" : "+x"(acc[c]) : "x"(u), "x"(s));
-  }
-  __m256i total = acc[0];
-#pragma GCC unroll 12
-  for (int c = 1; c < kChains; ++c) total = _mm256_add_epi32(total, acc[c]);
-  alignas(32) int32_t l[8];
-  _mm256_store_si256(reinterpret_cast<__m256i*>(l), total);
-  double sum = 0;
-  for (int32_t x : l) sum += x;
-  *check += sum;
-  return 2.0 * 32 * static_cast<double>(iters) * kChains;
-}
-}  // namespace
-}  // namespace vnni
-ASTRAI_PRAGMA(GCC pop_options)
-constexpr const char* kVnniInstruction = "vpdpbusd ymm (AVX-VNNI)";
-constexpr int kVnniChains = 12, kVnniLanes = 8;
 #endif
 
 PeakLoops level_loops() {
   PeakLoops p;
   p.f32 = {&f32_loop, kF32Instruction, kF32Chains, kF32Lanes, 0, true};
   p.int8 = {&int8_madd_loop, "vpmaddubsw + vpmaddwd + vpaddd ymm", kMaddChains, 8, 4, true};
-  p.int8_vnni = {&vnni::int8_vnni_loop, kVnniInstruction, kVnniChains, kVnniLanes, 4, true};
+  p.int8_vnni = {&vnni::int8_vnni_loop, vnni::kInstruction, vnni::kChains, vnni::kLanes, 4, true};
 #if defined(ASTRAI_ISA_V4)
   p.bf16_dot = {&bf16dot::bf16_dot_loop, "vdpbf16ps zmm", bf16dot::kChains, 16, 2, true};
 #endif
@@ -204,27 +238,6 @@ PeakLoops level_loops() {
 }
 
 #elif defined(ASTRAI_ISA_NEON)
-
-constexpr int kF32Chains = 24;  // of 32 q registers
-
-double f32_loop(int64_t iters, double* check) {
-  float32x4_t a[kF32Chains];
-  const float32x4_t x = vdupq_n_f32(kPeakF32X), y = vdupq_n_f32(kPeakF32Y);
-#pragma GCC unroll 24
-  for (int c = 0; c < kF32Chains; ++c) a[c] = vdupq_n_f32(peak_f32_start(c));
-  for (int64_t i = 0; i < iters; ++i) {
-#pragma GCC unroll 24
-    for (int c = 0; c < kF32Chains; ++c) a[c] = vfmaq_f32(a[c], x, y);  // fmla: a += x * y in place
-  }
-  double s = 0;
-#pragma GCC unroll 24
-  for (int c = 0; c < kF32Chains; ++c)
-    for (int l = 0; l < 4; ++l) s += a[c][l];
-  *check += s;
-  return 2.0 * static_cast<double>(iters) * kF32Chains * 4;
-}
-
-}  // namespace
 
 ASTRAI_PRAGMA(GCC push_options)
 ASTRAI_PRAGMA(GCC target("arch=armv8.2-a+dotprod"))
@@ -253,52 +266,16 @@ ASTRAI_PRAGMA(GCC pop_options)
 
 PeakLoops level_loops() {
   PeakLoops p;
-  p.f32 = {&f32_loop, "fmla v.4s", kF32Chains, 4, 0, true};
+  p.f32 = {&f32_loop, kF32Instruction, kF32Chains, kF32Lanes, 0, true};
   p.int8_vnni = {&sdot::int8_sdot_loop, "sdot v.4s", sdot::kChains, 4, 4, true};  // none without it
   return p;
 }
 
-#else  // generic: the scalar arithmetic of the reference, std::fma and int32 multiply-adds
-
-constexpr int kF32Chains = 8, kInt8Chains = 8;
-
-double f32_loop(int64_t iters, double* check) {
-  float a[kF32Chains];
-  for (int c = 0; c < kF32Chains; ++c) a[c] = peak_f32_start(c);
-  for (int64_t i = 0; i < iters; ++i) {
-#pragma GCC unroll 8
-    for (int c = 0; c < kF32Chains; ++c) a[c] = std::fma(kPeakF32X, kPeakF32Y, a[c]);
-  }
-  double s = 0;
-  for (float x : a) s += x;
-  *check += s;
-  return 2.0 * static_cast<double>(iters) * kF32Chains;
-}
-
-// One 8-bit multiply-add per chain and iteration, in int32 as the reference sums a block; the
-// empty asm (volatile: never hoisted) gives each chain a product of its own.
-double int8_loop(int64_t iters, double* check) {
-  int32_t acc[kInt8Chains];
-  for (int c = 0; c < kInt8Chains; ++c) acc[c] = c;
-  int32_t u = 1, s = 1;
-  for (int64_t i = 0; i < iters; ++i) {
-#pragma GCC unroll 8
-    for (int c = 0; c < kInt8Chains; ++c) {
-      asm volatile("" : "+r"(u), "+r"(s));
-      acc[c] += u * s;
-    }
-  }
-  double sum = 0;
-  for (int32_t x : acc) sum += x;
-  *check += sum;
-  return 2.0 * static_cast<double>(iters) * kInt8Chains;
-}
-
-}  // namespace
+#else
 
 PeakLoops level_loops() {
   PeakLoops p;
-  p.f32 = {&f32_loop, "std::fma (scalar)", kF32Chains, 1, 0, true};
+  p.f32 = {&f32_loop, kF32Instruction, kF32Chains, kF32Lanes, 0, true};
   p.int8 = {&int8_loop, "int32 multiply-add (scalar)", kInt8Chains, 1, 1, true};
   return p;
 }
