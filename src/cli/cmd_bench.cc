@@ -235,6 +235,8 @@ struct Products {
     return w;
   }
   std::string describe(double rate) const {
+    if (peak <= 0)  // e.g. quantized weights on a neon CPU without sdot: no loop of their instructions
+      return str_cat(static_cast<int64_t>(rate / 1e9), " GOP/s (no ", unit, " peak on this CPU)");
     return str_cat(static_cast<int64_t>(rate / 1e9), " GOP/s, ", static_cast<int>(100 * rate / peak + 0.5), "% of the ",
                    unit, " peak");
   }

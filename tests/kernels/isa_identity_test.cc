@@ -286,8 +286,9 @@ TEST_P(IsaIdentity, LinearQ8ActivationsWithAndWithoutVnni) {
     ~ScopedVnni() { set_vnni(saved); }
     bool saved;
   };
-  // v4 takes two whole groups of 8 W rows at once by tiles of 4 rows (pairs_groups): rows of
-  // x past a row block and 1-3 left over, an odd group and a partial one after the pairs.
+  // v4 takes up to three whole groups of 8 W rows at once by tiles of 4 rows (groups_at_once):
+  // rows of x past a row block and 1-3 left over, odd and partial groups after the multi-group
+  // units.
   const std::vector<LinearShape> q32_shapes = {{1, 8, 32},    {2, 16, 96},   {3, 24, 160},   {4, 13, 288},
                                                {1, 19, 512},  {5, 8, 32},    {6, 16, 64},    {7, 13, 96},
                                                {13, 40, 256}, {64, 24, 512}, {65, 30, 160},  {130, 17, 1024},

@@ -20,8 +20,7 @@ double f32_expected(const PeakLoop& loop) {
   double s = 0;
   for (int c = 0; c < loop.chains; ++c) {
     float a = peak_f32_start(c);
-    for (int64_t i = 0; i < kIters; ++i)
-      a = loop.fused ? std::fma(kPeakF32X, kPeakF32Y, a) : a + kPeakF32X * kPeakF32Y;
+    for (int64_t i = 0; i < kIters; ++i) a = std::fma(kPeakF32X, kPeakF32Y, a);
     for (int l = 0; l < loop.lanes; ++l) s += a;
   }
   return s;

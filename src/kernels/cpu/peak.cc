@@ -52,11 +52,13 @@ constexpr const char* kF32Instruction = "std::fma (scalar)";
 #endif
 constexpr int kF32Lanes = static_cast<int>(sizeof(F32Vec) / sizeof(float));
 
-inline double f32_lanes_sum(F32Vec v) {
-  float l[kF32Lanes];
+// The sum of v's lanes of type T (f32 or int32), in double.
+template <typename T, typename V>
+inline double lanes_sum(const V& v) {
+  T l[sizeof(V) / sizeof(T)];
   std::memcpy(l, &v, sizeof v);
   double s = 0;
-  for (float x : l) s += x;
+  for (T x : l) s += x;
   return s;
 }
 
@@ -71,7 +73,7 @@ double f32_loop(int64_t iters, double* check) {
   }
   double s = 0;
 #pragma GCC unroll 24
-  for (int c = 0; c < kF32Chains; ++c) s += f32_lanes_sum(a[c]);  // unrolled: a stays in registers
+  for (int c = 0; c < kF32Chains; ++c) s += lanes_sum<float>(a[c]);  // unrolled: a stays in registers
   *check += s;
   return 2.0 * static_cast<double>(iters) * kF32Chains * kF32Lanes;
 }
@@ -83,14 +85,6 @@ constexpr int kMaddChains = 12;
 #else
 constexpr int kMaddChains = 8;  // 8 accumulators, 3 operands and a temporary of 16 ymm
 #endif
-
-inline double i32x8_sum(__m256i v) {
-  alignas(32) int32_t l[8];
-  _mm256_store_si256(reinterpret_cast<__m256i*>(l), v);
-  double s = 0;
-  for (int32_t x : l) s += x;
-  return s;
-}
 
 // AVX2's 8-bit product: u8 x s8 pairs to int16 (vpmaddubsw), pairs of those to int32
 // (vpmaddwd by ones), added to the chain: 32 multiply-adds per three instructions.
@@ -111,7 +105,7 @@ double int8_madd_loop(int64_t iters, double* check) {
   __m256i total = acc[0];  // int32 sums are exact in any order
 #pragma GCC unroll 12
   for (int c = 1; c < kMaddChains; ++c) total = _mm256_add_epi32(total, acc[c]);
-  *check += i32x8_sum(total);
+  *check += lanes_sum<int32_t>(total);
   return 2.0 * 32 * static_cast<double>(iters) * kMaddChains;
 }
 
@@ -187,11 +181,7 @@ double int8_vnni_loop(int64_t iters, double* check) {
   I32Vec total = acc[0];  // int32 sums are exact in any order
 #pragma GCC unroll 24
   for (int c = 1; c < kChains; ++c) total = add_i32(total, acc[c]);
-  int32_t l[kLanes];
-  std::memcpy(l, &total, sizeof total);
-  double sum = 0;
-  for (int32_t x : l) sum += x;
-  *check += sum;
+  *check += lanes_sum<int32_t>(total);
   return 2.0 * 4 * kLanes * static_cast<double>(iters) * kChains;
 }
 }  // namespace
@@ -217,7 +207,7 @@ double bf16_dot_loop(int64_t iters, double* check) {
   }
   double sum = 0;
 #pragma GCC unroll 24
-  for (int c = 0; c < kChains; ++c) sum += f32_lanes_sum(acc[c]);  // unrolled: acc stays in registers
+  for (int c = 0; c < kChains; ++c) sum += lanes_sum<float>(acc[c]);  // unrolled: acc stays in registers
   *check += sum;
   return 2.0 * 32 * static_cast<double>(iters) * kChains;
 }
@@ -228,11 +218,11 @@ ASTRAI_PRAGMA(GCC pop_options)
 
 PeakLoops level_loops() {
   PeakLoops p;
-  p.f32 = {&f32_loop, kF32Instruction, kF32Chains, kF32Lanes, 0, true};
-  p.int8 = {&int8_madd_loop, "vpmaddubsw + vpmaddwd + vpaddd ymm", kMaddChains, 8, 4, true};
-  p.int8_vnni = {&vnni::int8_vnni_loop, vnni::kInstruction, vnni::kChains, vnni::kLanes, 4, true};
+  p.f32 = {&f32_loop, kF32Instruction, kF32Chains, kF32Lanes, 0};
+  p.int8 = {&int8_madd_loop, "vpmaddubsw + vpmaddwd + vpaddd ymm", kMaddChains, 8, 4};
+  p.int8_vnni = {&vnni::int8_vnni_loop, vnni::kInstruction, vnni::kChains, vnni::kLanes, 4};
 #if defined(ASTRAI_ISA_V4)
-  p.bf16_dot = {&bf16dot::bf16_dot_loop, "vdpbf16ps zmm", bf16dot::kChains, 16, 2, true};
+  p.bf16_dot = {&bf16dot::bf16_dot_loop, "vdpbf16ps zmm", bf16dot::kChains, 16, 2};
 #endif
   return p;
 }
@@ -253,11 +243,10 @@ double int8_sdot_loop(int64_t iters, double* check) {
 #pragma GCC unroll 24
     for (int c = 0; c < kChains; ++c) asm("sdot %0.4s, %1.16b, %2.16b" : "+w"(acc[c]) : "w"(u), "w"(s));
   }
-  double sum = 0;
+  int32x4_t total = acc[0];  // int32 sums are exact in any order
 #pragma GCC unroll 24
-  for (int c = 0; c < kChains; ++c)
-    for (int l = 0; l < 4; ++l) sum += acc[c][l];
-  *check += sum;
+  for (int c = 1; c < kChains; ++c) total = vaddq_s32(total, acc[c]);
+  *check += lanes_sum<int32_t>(total);
   return 2.0 * 16 * static_cast<double>(iters) * kChains;
 }
 }  // namespace
@@ -266,8 +255,8 @@ ASTRAI_PRAGMA(GCC pop_options)
 
 PeakLoops level_loops() {
   PeakLoops p;
-  p.f32 = {&f32_loop, kF32Instruction, kF32Chains, kF32Lanes, 0, true};
-  p.int8_vnni = {&sdot::int8_sdot_loop, "sdot v.4s", sdot::kChains, 4, 4, true};  // none without it
+  p.f32 = {&f32_loop, kF32Instruction, kF32Chains, kF32Lanes, 0};
+  p.int8_vnni = {&sdot::int8_sdot_loop, "sdot v.4s", sdot::kChains, 4, 4};  // none without it
   return p;
 }
 
@@ -275,8 +264,8 @@ PeakLoops level_loops() {
 
 PeakLoops level_loops() {
   PeakLoops p;
-  p.f32 = {&f32_loop, kF32Instruction, kF32Chains, kF32Lanes, 0, true};
-  p.int8 = {&int8_loop, "int32 multiply-add (scalar)", kInt8Chains, 1, 1, true};
+  p.f32 = {&f32_loop, kF32Instruction, kF32Chains, kF32Lanes, 0};
+  p.int8 = {&int8_loop, "int32 multiply-add (scalar)", kInt8Chains, 1, 1};
   return p;
 }
 

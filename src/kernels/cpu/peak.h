@@ -17,15 +17,15 @@ namespace astrai::kernels {
 // One loop of a level: `run(iters, check)` runs `iters` iterations on each of `chains` chains
 // of `lanes` lanes, returns the operations done and adds every lane's final value into *check,
 // so no chain can be optimized away. What they compute, for the tests: an f32 chain c starts at
-// peak_f32_start(c) and runs a = a + kPeakF32X * kPeakF32Y (rounded once where `fused`: the
-// chain is the addend, as FMLA and vfmadd231ps accumulate in place);
+// peak_f32_start(c) and runs a = a + kPeakF32X * kPeakF32Y, rounded once (every level's f32
+// instruction is a fused multiply-add; the chain is the addend, as FMLA and vfmadd231ps
+// accumulate in place);
 // an 8-bit (or bf16) chain c starts at c and each iteration adds `per_iter` to every lane (its
 // `per_iter` products of 1 x 1 in each lane).
 struct PeakLoop {
   double (*run)(int64_t iters, double* check) = nullptr;  // null: the level has no such loop
   const char* instruction = "";                           // e.g. "vfmadd231ps zmm"
   int chains = 0, lanes = 0, per_iter = 0;
-  bool fused = true;
 };
 
 struct PeakLoops {
