@@ -22,17 +22,29 @@ constexpr int64_t kTokenBlock = 4;
 // stay in L1 between the score, softmax and V steps.
 constexpr int64_t kChunk = 64;
 
-// The V pass: weighted sums of V rows for R query rows at once. Key position j (absolute,
-// p0 + i) goes to the even or odd set of a row's accumulators by its parity, so consecutive keys
-// form independent FMA chains; the sets are kept in the row's acc ([even: nv][odd: nv] Vec16s)
-// between spans and added at the end. Each V vector is loaded once for the R rows. Storing and
+// The K/V rows of one chunk's positions: runs of consecutive positions, one per page (or one
+// for the batch's own rows), rows `stride` elements apart.
+template <typename E>
+struct KvRun {
+  int64_t p0, n;  // positions [p0, p0 + n)
+  int64_t page;   // index in the page table (paged mode)
+  const E* k;     // the K row of p0
+  const E* v;     // the V row of p0
+};
+
+// The V pass: weighted sums of V rows for R query rows at once, over every run of a chunk
+// between one load and one store of the accumulators (a store and a reload per page cost more
+// than the page's arithmetic: zmm stores do not forward to the next loads). Key position j
+// goes to the even or odd set of a row's accumulators by its parity, so consecutive keys form
+// independent FMA chains; the sets are kept in the row's acc ([even: nv][odd: nv] Vec16s)
+// between chunks and added at the end. Each V vector is loaded once for the R rows. Storing and
 // reloading f32 is exact and a row's operations do not depend on the rows beside it, so the
-// result depends only on the positions, never on how they were split into spans, chunks of
+// result depends only on the positions, never on how they were split into runs, chunks of
 // dims or groups of rows. Dims go in chunks of at most kPvMaxNv Vec16s so the accumulators of R
 // rows stay in registers:
 //   v4: 8 (2 x 8 x R zmm; R = 3 up to 4 Vec16s, 2 up to 7, else 1);
 //   v3 and neon: 3 for one row (12 ymm / 24 q); generic: 8, one row.
-// v3 prefill blocks go by parts of 8 dims instead (pv_runs_parts below).
+// v3 goes by parts of 8 dims instead where that measured faster (pv_runs_parts below).
 #if defined(ASTRAI_ISA_V4)
 constexpr int64_t kPvMaxNv = 8;
 constexpr int pv_rows(int64_t nv) { return 2 * nv * 3 + 4 <= 32 ? 3 : 2 * nv * 2 + 4 <= 32 ? 2 : 1; }
@@ -57,64 +69,75 @@ inline void pv_key(const float* const* p, int64_t i, const E* row, int64_t last_
   }
 }
 
-// Positions [p0, p0 + n) (V rows vr + i * stride, NV Vec16s of dims, the last holding last_n of
-// them) into the accumulators acc[r] (even set) and acc[r] + odd (odd set).
+// Positions [begin, end) of the runs (scores p[r] from the chunk's first position c0; V rows
+// `stride` apart, from Vec16 j0 of dims, the last of the NV holding last_n dims) into the
+// accumulators acc[r] + 16 * j0 (even set) and + odd (odd set).
 template <int NV, int R, typename E>
-void pv_span(const float* const* p, int64_t p0, int64_t n, const E* vr, int64_t stride, int64_t last_n,
-             float* const* acc, int64_t odd) {
+void pv_runs(const float* const* p, int64_t c0, const KvRun<E>* runs, int64_t nruns, int64_t begin, int64_t end,
+             int64_t stride, int64_t j0, int64_t last_n, float* const* acc, int64_t odd) {
   Vec16 even[R][NV], odds[R][NV];
 #pragma GCC unroll 3
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 8
     for (int j = 0; j < NV; ++j) {
-      even[r][j] = vload(acc[r] + 16 * j);
-      odds[r][j] = vload(acc[r] + odd + 16 * j);
+      even[r][j] = vload(acc[r] + 16 * (j0 + j));
+      odds[r][j] = vload(acc[r] + odd + 16 * (j0 + j));
     }
-  int64_t i = 0;
-  if (n > 0 && (p0 & 1)) {
-    pv_key<NV, R, E>(p, 0, vr, last_n, odds);
-    i = 1;
+  for (int64_t k = 0; k < nruns; ++k) {
+    const int64_t lo = std::max(runs[k].p0, begin), hi = std::min(runs[k].p0 + runs[k].n, end);
+    if (lo >= hi) continue;
+    const E* vr = runs[k].v + (lo - runs[k].p0) * stride + 16 * j0;
+    const float* pr[R];
+#pragma GCC unroll 3
+    for (int r = 0; r < R; ++r) pr[r] = p[r] + (lo - c0);
+    const int64_t n = hi - lo;
+    int64_t i = 0;
+    if (lo & 1) {
+      pv_key<NV, R, E>(pr, 0, vr, last_n, odds);
+      i = 1;
+    }
+    for (; i + 1 < n; i += 2) {
+      pv_key<NV, R, E>(pr, i, vr + i * stride, last_n, even);
+      pv_key<NV, R, E>(pr, i + 1, vr + (i + 1) * stride, last_n, odds);
+    }
+    if (i < n) pv_key<NV, R, E>(pr, i, vr + i * stride, last_n, even);
   }
-  for (; i + 1 < n; i += 2) {
-    pv_key<NV, R, E>(p, i, vr + i * stride, last_n, even);
-    pv_key<NV, R, E>(p, i + 1, vr + (i + 1) * stride, last_n, odds);
-  }
-  if (i < n) pv_key<NV, R, E>(p, i, vr + i * stride, last_n, even);
 #pragma GCC unroll 3
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 8
     for (int j = 0; j < NV; ++j) {
-      vstore(acc[r] + 16 * j, even[r][j]);
-      vstore(acc[r] + odd + 16 * j, odds[r][j]);
+      vstore(acc[r] + 16 * (j0 + j), even[r][j]);
+      vstore(acc[r] + odd + 16 * (j0 + j), odds[r][j]);
     }
 }
 
 template <typename E>
-using PvSpanFn = void (*)(const float* const*, int64_t, int64_t, const E*, int64_t, int64_t, float* const*, int64_t);
+using PvRunsFn = void (*)(const float* const*, int64_t, const KvRun<E>*, int64_t, int64_t, int64_t, int64_t, int64_t,
+                          int64_t, float* const*, int64_t);
 
 template <int NV, typename E>
-PvSpanFn<E> pv_span_for(int64_t rows) {
+PvRunsFn<E> pv_runs_for(int64_t rows) {
   if constexpr (NV > kPvMaxNv) {
     return nullptr;
   } else {
-    if (rows >= 3 && pv_rows(NV) >= 3) return &pv_span<NV, (pv_rows(NV) >= 3 ? 3 : 1), E>;
-    if (rows >= 2 && pv_rows(NV) >= 2) return &pv_span<NV, (pv_rows(NV) >= 2 ? 2 : 1), E>;
-    return &pv_span<NV, 1, E>;
+    if (rows >= 3 && pv_rows(NV) >= 3) return &pv_runs<NV, (pv_rows(NV) >= 3 ? 3 : 1), E>;
+    if (rows >= 2 && pv_rows(NV) >= 2) return &pv_runs<NV, (pv_rows(NV) >= 2 ? 2 : 1), E>;
+    return &pv_runs<NV, 1, E>;
   }
 }
 
 // The V-pass kernel for a chunk of nv (<= kPvMaxNv) Vec16s of dims and up to `rows` rows.
 template <typename E>
-PvSpanFn<E> pv_span_fn(int64_t nv, int64_t rows) {
+PvRunsFn<E> pv_runs_fn(int64_t nv, int64_t rows) {
   switch (nv) {
-    case 1: return pv_span_for<1, E>(rows);
-    case 2: return pv_span_for<2, E>(rows);
-    case 3: return pv_span_for<3, E>(rows);
-    case 4: return pv_span_for<4, E>(rows);
-    case 5: return pv_span_for<5, E>(rows);
-    case 6: return pv_span_for<6, E>(rows);
-    case 7: return pv_span_for<7, E>(rows);
-    default: return pv_span_for<8, E>(rows);
+    case 1: return pv_runs_for<1, E>(rows);
+    case 2: return pv_runs_for<2, E>(rows);
+    case 3: return pv_runs_for<3, E>(rows);
+    case 4: return pv_runs_for<4, E>(rows);
+    case 5: return pv_runs_for<5, E>(rows);
+    case 6: return pv_runs_for<6, E>(rows);
+    case 7: return pv_runs_for<7, E>(rows);
+    default: return pv_runs_for<8, E>(rows);
   }
 }
 
@@ -122,8 +145,8 @@ PvSpanFn<E> pv_span_fn(int64_t nv, int64_t rows) {
 // v3, v_dim a multiple of 8 (work items: see by_parts in attend_block): the V pass by parts (8
 // dims, one ymm): each dim's lane is an independent chain, so R = 3 rows x P <= 2 parts (12
 // ymm accumulators, even and odd sets; 2 rows x 3 parts, 1 x 3 for the rest) share each V load
-// and each broadcast weight, over all the pages of a chunk between one load and one store of
-// the accumulators. Same operations per lane as pv_span.
+// and each broadcast weight, over all the runs of a chunk as pv_runs. Same operations per lane
+// as pv_runs.
 constexpr int64_t kPartRows = 3;
 // Parts per pass for R rows: R x P x 2 accumulators + R broadcasts + the V part <= 16 ymm.
 constexpr int64_t parts_per_pass(int64_t rows) { return rows >= 3 ? 2 : 3; }
@@ -142,17 +165,10 @@ inline void pv_key_parts(const float* const* p, int64_t i, const E* row, __m256 
   }
 }
 
-// The V rows of one chunk's positions: runs of consecutive positions (one per page).
-template <typename E>
-struct VRun {
-  int64_t p0, n;  // positions [p0, p0 + n)
-  const E* v;     // the V row of p0
-};
-
 // Positions [begin, end) of the runs (scores p[r] from the chunk's first position c0; V rows
-// `stride` apart, from dim 8 * j0): the accumulators stay in registers across the chunk's pages.
+// `stride` apart, from dim 8 * j0).
 template <int P, int R, typename E>
-void pv_runs_parts(const float* const* p, int64_t c0, const VRun<E>* runs, int64_t nruns, int64_t begin, int64_t end,
+void pv_runs_parts(const float* const* p, int64_t c0, const KvRun<E>* runs, int64_t nruns, int64_t begin, int64_t end,
                    int64_t stride, int64_t j0, float* const* acc, int64_t odd) {
   __m256 even[R][P], odds[R][P];
 #pragma GCC unroll 3
@@ -191,11 +207,11 @@ void pv_runs_parts(const float* const* p, int64_t c0, const VRun<E>* runs, int64
 }
 
 template <typename E>
-using PvRunsFn = void (*)(const float* const*, int64_t, const VRun<E>*, int64_t, int64_t, int64_t, int64_t, int64_t,
-                          float* const*, int64_t);
+using PvPartsFn = void (*)(const float* const*, int64_t, const KvRun<E>*, int64_t, int64_t, int64_t, int64_t, int64_t,
+                           float* const*, int64_t);
 
 template <typename E>
-PvRunsFn<E> pv_runs_fn(int64_t parts, int64_t rows) {
+PvPartsFn<E> pv_parts_fn(int64_t parts, int64_t rows) {
   if (rows >= 3) return parts == 1 ? &pv_runs_parts<1, 3, E> : &pv_runs_parts<2, 3, E>;
   if (rows >= 2) return parts == 1 ? &pv_runs_parts<1, 2, E> : parts == 2 ? &pv_runs_parts<2, 2, E> : &pv_runs_parts<3, 2, E>;
   return parts == 1 ? &pv_runs_parts<1, 1, E> : parts == 2 ? &pv_runs_parts<2, 1, E> : &pv_runs_parts<3, 1, E>;
@@ -222,63 +238,67 @@ inline float exp_store_sum(float* s, float m, int64_t n) {
   return vsum(acc);
 }
 
+// The runs of key positions [c0, c1) (at most kChunk) for kv_head into runs[], in increasing
+// order: one per page in paged mode (head-major pages: a 16-slot page of a 64-dim head is one
+// contiguous block), else the batch's own rows (kv_heads rows apart). Returns their count; the
+// rows' strides go to *k_stride and *v_stride. One division per chunk, not one per page.
+template <typename E>
+inline int64_t kv_runs(const KvSource& kv, const AttentionSeq& s, int64_t kv_head, const AttentionDims& d, int64_t c0,
+                       int64_t c1, KvRun<E>* runs, int64_t* k_stride, int64_t* v_stride) {
+  const E* kb = static_cast<const E*>(kv.k);
+  const E* vb = static_cast<const E*>(kv.v);
+  if (kv.page_size == 0) {
+    *k_stride = d.num_kv_heads * d.qk_dim, *v_stride = d.num_kv_heads * d.v_dim;
+    runs[0] = KvRun<E>{c0, c1 - c0, 0, kb + (s.token_begin + c0) * *k_stride + kv_head * d.qk_dim,
+                       vb + (s.token_begin + c0) * *v_stride + kv_head * d.v_dim};
+    return 1;
+  }
+  *k_stride = d.qk_dim, *v_stride = d.v_dim;
+  const int64_t ps = kv.page_size;
+  const int64_t k_page = d.num_kv_heads * ps * d.qk_dim, v_page = d.num_kv_heads * ps * d.v_dim;
+  int64_t count = 0;
+  for (int64_t t = c0, index = c0 / ps, slot = c0 - index * ps; t < c1; ++index, slot = 0) {
+    const int64_t page = s.page_table[index], n = std::min(ps - slot, c1 - t);
+    runs[count++] = KvRun<E>{t, n, index, kb + page * k_page + (kv_head * ps + slot) * d.qk_dim,
+                             vb + page * v_page + (kv_head * ps + slot) * d.v_dim};
+    t += n;
+  }
+  return count;
+}
+
 // Requests [p, p + bytes) into L2.
 inline void prefetch_bytes(const void* p, int64_t bytes) {
   const char* c = static_cast<const char*>(p);
   for (int64_t b = 0; b < bytes; b += 64) prefetch_l2(c + b);
 }
 
-// Calls fn(first_position, count, k_rows, v_rows, k_stride, v_stride) for consecutive runs
-// of key positions [c0, c1) whose rows for kv_head are evenly spaced, in increasing order:
-// one run per page in paged mode (head-major pages: a 16-slot page of a 64-dim head is one
-// contiguous block), else the batch's own rows (kv_heads rows apart).
-template <typename E, typename Fn>
-inline void for_each_kv_run(const KvSource& kv, const AttentionSeq& s, int64_t kv_head, const AttentionDims& d,
-                            int64_t c0, int64_t c1, Fn&& fn) {
-  const E* kb = static_cast<const E*>(kv.k);
-  const E* vb = static_cast<const E*>(kv.v);
-  if (kv.page_size == 0) {
-    const int64_t k_stride = d.num_kv_heads * d.qk_dim, v_stride = d.num_kv_heads * d.v_dim;
-    fn(c0, c1 - c0, kb + (s.token_begin + c0) * k_stride + kv_head * d.qk_dim,
-       vb + (s.token_begin + c0) * v_stride + kv_head * d.v_dim, k_stride, v_stride);
-    return;
-  }
-  const int64_t ps = kv.page_size;
-  const int64_t k_page = d.num_kv_heads * ps * d.qk_dim, v_page = d.num_kv_heads * ps * d.v_dim;
-  for (int64_t t = c0; t < c1;) {
-    const int64_t page = s.page_table[t / ps], slot = t % ps, n = std::min(ps - slot, c1 - t);
-    fn(t, n, kb + page * k_page + (kv_head * ps + slot) * d.qk_dim, vb + page * v_page + (kv_head * ps + slot) * d.v_dim,
-       d.qk_dim, d.v_dim);
-    t += n;
-  }
-}
-
-// Requests the K rows (k) and/or V rows (v) of positions [c0, c1) into L2. The hardware
-// prefetchers stop at each page's end (pages are scattered), so the score loop requests the K
-// rows two pages ahead and the V rows of the page it is on (read after the chunk's softmax),
-// in two halves, one before each half of the page's scores. Measured on batch-32 decode
-// attention over shuffled pages (a microbenchmark), f32 / bf16 K/V:
+// Requests the K rows of slots [lo, hi) of page-table entry `index` into L2 (paged mode).
+// The hardware prefetchers stop at each page's end (pages are scattered), so the score loop
+// requests the K rows two pages ahead and the V rows of the page it is on (read after the
+// chunk's softmax), in two halves, one before each half of the page's scores. Measured on
+// batch-32 decode attention over shuffled pages (a microbenchmark), f32 / bf16 K/V:
 //   K and V one page ahead, one burst:   23.4 / 10.1-12.7 ms (bf16: depending only on where
 //                                        the linker placed the code)
 //   K two ahead, V after the scores:     21.0 / 9.1-9.5 ms
 //   the same in halves (this):           16.5-17.3 / 8.8-9.2 ms in every build tried
-// prefetcht0, whole chunks at once (a chunk ahead), or K three pages ahead did worse.
+// prefetcht0, whole chunks at once (a chunk ahead), or K three pages ahead did worse; with the
+// cache out of L3 (384 sequences), K 2-8 pages ahead and V 0-4 ahead all read 25-30 GB/s.
 template <typename E>
-inline void prefetch_rows(const KvSource& kv, const AttentionSeq& s, int64_t kv_head, const AttentionDims& d,
-                          int64_t c0, int64_t c1, bool k, bool v) {
-  if (kv.page_size == 0 || c0 >= c1) return;  // the batch's own rows: sequential, prefetched by hardware
-  for_each_kv_run<E>(kv, s, kv_head, d, c0, c1, [&](int64_t, int64_t n, const E* kr, const E* vr, int64_t, int64_t) {
-    if (k) prefetch_bytes(kr, n * d.qk_dim * static_cast<int64_t>(sizeof(E)));
-    if (v) prefetch_bytes(vr, n * d.v_dim * static_cast<int64_t>(sizeof(E)));
-  });
+inline void prefetch_k_page(const KvSource& kv, const AttentionSeq& s, int64_t kv_head, const AttentionDims& d,
+                            int64_t index, int64_t lo, int64_t hi) {
+  if (lo >= hi) return;
+  const int64_t ps = kv.page_size, page = s.page_table[index];
+  const E* k = static_cast<const E*>(kv.k) + (page * d.num_kv_heads + kv_head) * ps * d.qk_dim;
+  prefetch_bytes(k + lo * d.qk_dim, (hi - lo) * d.qk_dim * static_cast<int64_t>(sizeof(E)));
 }
 
 // Per-thread buffers of one work item.
 struct ItemScratch {
-  float* scores;  // [rows][kChunk]
-  float* acc;     // [rows][acc_stride]
-  float* max;     // [rows] running max of the scores
-  float* sum;     // [rows] running sum of exp(score - max)
+  float* scores;        // [rows][kChunk]
+  float* acc;           // [rows][acc_stride]
+  float* max;           // [rows] running max of the scores
+  float* sum;           // [rows] running sum of exp(score - max)
+  const float** qrows;  // [rows] the query rows
   int64_t acc_stride;
 };
 
@@ -327,7 +347,9 @@ void attend_block(const float* q, const KvSource& kv, const AttentionSeq& s, int
   // Causal: token t0 + j sees positions [0, len0 + j).
   const int64_t len0 = s.context_len + (t0 - s.token_begin) + 1;
   const int64_t len_max = len0 + nt - 1;
-  const QueryBlock qb{q + (t0 * d.num_heads + kvh * groups) * d.qk_dim, nt, groups, d.num_heads * d.qk_dim, d.qk_dim};
+  for (int64_t r = 0; r < rows; ++r)
+    w.qrows[r] = q + ((t0 + r / groups) * d.num_heads + kvh * groups + r % groups) * d.qk_dim;
+  const QueryRows qr{w.qrows, rows, d.qk_dim};
   const int64_t nv = (d.v_dim + 15) / 16;
   // The V-pass kernels for 1..row_group rows of a chunk of dims, chosen once per work item.
   const int64_t chunk_nv = std::min(nv, kPvMaxNv);
@@ -340,37 +362,16 @@ void attend_block(const float* q, const KvSource& kv, const AttentionSeq& s, int
 #else
   const int64_t row_group = pv_rows(chunk_nv);
 #endif
-  PvSpanFn<E> span[4][2] = {};  // [rows][0: a full chunk, 1: the last chunk]
+  PvRunsFn<E> pass[4][2] = {};  // [rows][0: a full chunk of dims, 1: the last chunk]
   const int64_t last_nv = nv - (nv - 1) / kPvMaxNv * kPvMaxNv;  // Vec16s in the last chunk
   for (int64_t r = 1; r <= row_group; ++r) {
-    span[r][0] = pv_span_fn<E>(chunk_nv, r);
-    span[r][1] = pv_span_fn<E>(last_nv, r);
+    pass[r][0] = pv_runs_fn<E>(chunk_nv, r);
+    pass[r][1] = pv_runs_fn<E>(last_nv, r);
   }
   const int64_t last_n = d.v_dim - 16 * (nv - 1);  // dims in the last Vec16
-  // acc[r] + 16 * j0 for the chunk of dims starting at Vec16 j0; its odd set is 16 * nv further.
-  const auto v_pass = [&](int64_t nr, const float* const* p, int64_t p0, int64_t n, const E* vr, int64_t vs,
-                          float* const* a) {
-    for (int64_t j0 = 0; j0 < nv; j0 += kPvMaxNv) {
-      const bool last = j0 + kPvMaxNv >= nv;
-      float* aj[3];
-      for (int64_t i = 0; i < nr; ++i) aj[i] = a[i] + 16 * j0;
-      span[nr][last ? 1 : 0](p, p0, n, vr + 16 * j0, vs, last ? last_n : 16, aj, 16 * nv);
-    }
-  };
-#if defined(ASTRAI_ISA_V3)
-  // The V pass of chunk [c0, c1) by parts, over all of its pages at once.
-  const auto v_pass_runs = [&](int64_t c0, int64_t c1) {
-    VRun<E> runs[kChunk];
-    int64_t nruns = 0, stride = 0;
-    for_each_kv_run<E>(kv, s, kvh, d, c0, c1, [&](int64_t p0, int64_t n, const E*, const E* vr, int64_t, int64_t vs) {
-      runs[nruns++] = VRun<E>{p0, n, vr};
-      stride = vs;
-    });
-    const int64_t parts = d.v_dim / 8;
-    const auto pass = [&](int64_t nr, const float* const* p, float* const* a, int64_t begin, int64_t end) {
-      for (int64_t j0 = 0, step = parts_per_pass(nr); j0 < parts; j0 += step)
-        pv_runs_fn<E>(std::min(step, parts - j0), nr)(p, c0, runs, nruns, begin, end, stride, j0, a, 16 * nv);
-    };
+  // The V pass of chunk [c0, c1) over its runs: rows in groups sharing each V load over the
+  // positions all of them see (for_each_row_span), each group by chunks of dims.
+  const auto v_pass = [&](int64_t c0, int64_t c1, const KvRun<E>* runs, int64_t nruns, int64_t vs) {
     for_each_row_span(rows, row_group, groups, len0, c0, c1, [&](int64_t nr, int64_t r0, int64_t b, int64_t e) {
       const float* p[3];
       float* a[3];
@@ -378,49 +379,55 @@ void attend_block(const float* q, const KvSource& kv, const AttentionSeq& s, int
         p[i] = w.scores + (r0 + i) * kChunk;
         a[i] = w.acc + (r0 + i) * w.acc_stride;
       }
-      pass(nr, p, a, b, e);
+#if defined(ASTRAI_ISA_V3)
+      if (by_parts) {
+        const int64_t parts = d.v_dim / 8;
+        for (int64_t j0 = 0, step = parts_per_pass(nr); j0 < parts; j0 += step)
+          pv_parts_fn<E>(std::min(step, parts - j0), nr)(p, c0, runs, nruns, b, e, vs, j0, a, 16 * nv);
+        return;
+      }
+#endif
+      for (int64_t j0 = 0; j0 < nv; j0 += kPvMaxNv) {
+        const bool last = j0 + kPvMaxNv >= nv;
+        pass[nr][last ? 1 : 0](p, c0, runs, nruns, b, e, vs, j0, last ? last_n : 16, a, 16 * nv);
+      }
     });
   };
-#endif
   std::fill(w.acc, w.acc + rows * w.acc_stride, 0.0f);
   std::fill(w.max, w.max + rows, -INFINITY);
   std::fill(w.sum, w.sum + rows, 0.0f);
-  prefetch_rows<E>(kv, s, kvh, d, 0, std::min<int64_t>(2 * kv.page_size, len_max), true, false);  // K of pages 0, 1
+  const int64_t ps = kv.page_size;
+  const bool paged = ps > 0;
+  // The K rows of page-table entry `index`, slots [lo, hi) clipped to the positions the item reads.
+  const auto prefetch_k = [&](int64_t index, int64_t lo, int64_t hi) {
+    const int64_t end = std::min(hi, len_max - index * ps);
+    if (paged && end > 0) prefetch_k_page<E>(kv, s, kvh, d, index, lo, end);
+  };
+  prefetch_k(0, 0, ps);
+  prefetch_k(1, 0, ps);
+  KvRun<E> runs[kChunk];
   for (int64_t c0 = 0; c0 < len_max; c0 += kChunk) {
     const int64_t c1 = std::min(c0 + kChunk, len_max);
-    for_each_kv_run<E>(kv, s, kvh, d, c0, c1, [&](int64_t p0, int64_t n, const E* kr, const E*, int64_t ks, int64_t) {
+    int64_t ks = 0, vs = 0;
+    const int64_t nruns = kv_runs<E>(kv, s, kvh, d, c0, c1, runs, &ks, &vs);
+    for (int64_t k = 0; k < nruns; ++k) {
       // In two halves, each after requesting its half of the K rows two pages ahead and of
       // this page's V rows.
-      const int64_t h = n / 2;
-      prefetch_rows<E>(kv, s, kvh, d, p0 + 2 * n, std::min(p0 + 2 * n + h, len_max), true, false);
-      prefetch_rows<E>(kv, s, kvh, d, p0, p0 + h, false, true);
-      qk_scores(qb, kr, ks, p0 - c0, h, d.scale, w.scores, kChunk);
-      prefetch_rows<E>(kv, s, kvh, d, std::min(p0 + 2 * n + h, len_max), std::min(p0 + 3 * n, len_max), true, false);
-      prefetch_rows<E>(kv, s, kvh, d, p0 + h, p0 + n, false, true);
-      qk_scores(qb, kr + h * ks, ks, p0 + h - c0, n - h, d.scale, w.scores, kChunk);
-    });
+      const KvRun<E>& run = runs[k];
+      const int64_t h = run.n / 2;
+      const int64_t vbytes = d.v_dim * static_cast<int64_t>(sizeof(E));
+      prefetch_k(run.page + 2, 0, ps / 2);
+      if (paged) prefetch_bytes(run.v, h * vbytes);
+      qk_scores(qr, run.k, ks, run.p0 - c0, h, d.scale, w.scores, kChunk);
+      prefetch_k(run.page + 2, ps / 2, ps);
+      if (paged) prefetch_bytes(run.v + h * vs, (run.n - h) * vbytes);
+      qk_scores(qr, run.k + h * ks, ks, run.p0 + h - c0, run.n - h, d.scale, w.scores, kChunk);
+    }
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t n = std::min(c1, len0 + r / groups) - c0;  // a prefill block's first rows may end before c0
       if (n > 0) online_softmax(w.scores + r * kChunk, n, w.max[r], w.sum[r], w.acc + r * w.acc_stride, w.acc_stride);
     }
-#if defined(ASTRAI_ISA_V3)
-    if (by_parts) {
-      v_pass_runs(c0, c1);
-      continue;
-    }
-#endif
-    for_each_kv_run<E>(kv, s, kvh, d, c0, c1, [&](int64_t p0, int64_t n, const E*, const E* vr, int64_t, int64_t vs) {
-      // Rows in groups sharing each V load over the positions all of them see.
-      for_each_row_span(rows, row_group, groups, len0, p0, p0 + n, [&](int64_t nr, int64_t r0, int64_t b, int64_t e) {
-        const float* p[3];
-        float* a[3];
-        for (int64_t i = 0; i < nr; ++i) {
-          p[i] = w.scores + (r0 + i) * kChunk + (b - c0);
-          a[i] = w.acc + (r0 + i) * w.acc_stride;
-        }
-        v_pass(nr, p, b, e - b, vr + (b - p0) * vs, vs, a);
-      });
-    });
+    v_pass(c0, c1, runs, nruns, vs);
   }
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t row = (t0 + r / groups) * d.num_heads + kvh * groups + r % groups;
@@ -447,14 +454,19 @@ void attention(const float* q, const KvSource& kv, const AttentionSeq* seqs, int
   const int threads = omp_get_max_threads();
   if (static_cast<int64_t>(scratch.buf.size()) < per_thread * threads)
     scratch.buf.resize(static_cast<size_t>(per_thread * threads));
+  if (static_cast<int64_t>(scratch.qrows.size()) < rows * threads) scratch.qrows.resize(static_cast<size_t>(rows * threads));
   const int64_t items = static_cast<int64_t>(scratch.blocks.size()) * d.num_kv_heads;
 
   const int64_t chunk = std::max<int64_t>(1, d.num_kv_heads / threads);
 #pragma omp parallel
   {
     float* base = scratch.buf.data() + per_thread * omp_get_thread_num();
-    const ItemScratch w{base, base + rows * kChunk, base + rows * (kChunk + acc_stride),
-                        base + rows * (kChunk + acc_stride + 1), acc_stride};
+    const ItemScratch w{base,
+                        base + rows * kChunk,
+                        base + rows * (kChunk + acc_stride),
+                        base + rows * (kChunk + acc_stride + 1),
+                        scratch.qrows.data() + rows * omp_get_thread_num(),
+                        acc_stride};
     // Round-robin items: causal rows grow in cost along the sequence, so contiguous blocks
     // would leave one thread with most of the work. In runs of kv_heads / threads items, so
     // that the threads share each block's heads: they stream the adjacent K/V runs of the same

@@ -54,6 +54,7 @@ struct AttentionScratch {
     int32_t seq, token, count;  // tokens [token, token + count) of sequence seq
   };
   std::vector<float> buf;
+  std::vector<const float*> qrows;  // per thread: the query rows of its work item
   std::vector<Block> blocks;
 };
 

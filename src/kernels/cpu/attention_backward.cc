@@ -51,9 +51,9 @@ void attention_backward(const float* dout, const float* q, const float* k, const
           const float* qi = q + (ti * H + h) * dqk;
           const float* doi = dout + (ti * H + h) * dv;
           const float di = dot(doi, out + (ti * H + h) * dv, dv);
-          qk_scores(QueryBlock{qi, 1, 1, 0, dqk}, k0, KV * dqk, 0, n, s.scale, p.data(), 0);
+          qk_scores(QueryRows{&qi, 1, dqk}, k0, KV * dqk, 0, n, s.scale, p.data(), 0);
           exp_affine(p.data(), lse[ti * H + h], 1.0f, 0.0f, n, p.data());  // p = exp(score - lse)
-          qk_scores(QueryBlock{doi, 1, 1, 0, dv}, v0, KV * dv, 0, n, 1.0f, ds.data(), 0);  // dp = do . v
+          qk_scores(QueryRows{&doi, 1, dv}, v0, KV * dv, 0, n, 1.0f, ds.data(), 0);  // dp = do . v
           for (int64_t j = 0; j < n; ++j) ds[j] = p[j] * (ds[j] - di) * s.scale;
           float* dqi = dq + (ti * H + h) * dqk;
           std::memset(dqi, 0, sizeof(float) * dqk);

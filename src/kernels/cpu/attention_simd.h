@@ -19,11 +19,11 @@
 
 ASTRAI_KERNELS_BEGIN
 
-// The query rows of one work item: `tokens` consecutive tokens x `groups` query heads of one
-// kv head; row (j, g) is q + j * token_stride + g * dim, its scores s + (j * groups + g) * ld.
-struct QueryBlock {
-  const float* q;
-  int64_t tokens, groups, token_stride, dim;
+// The query rows of one work item (row r at rows[r], its scores at s + r * ld), their
+// addresses worked out once per item, not per call.
+struct QueryRows {
+  const float* const* rows;
+  int64_t count, dim;
 };
 
 #if defined(ASTRAI_ISA_V4)
@@ -172,39 +172,37 @@ inline void qk_rows_halves(const float* const* q, const E* kr, int64_t ks, int64
 }
 #endif
 
-// Scores of every query row of the block against n keys (rows kr + i * ks), written at key
-// offset p0: s[row * ld + p0 + i] = (q_row . k_i) * scale. Query rows go kQkMaxRows at a time,
-// sharing each K load; a run's K rows (one page, or 64 positions) stay in L1 for all row groups.
+// Scores of every query row against n keys (rows kr + i * ks), written at key offset p0:
+// s[r * ld + p0 + i] = (q_r . k_i) * scale. Query rows go kQkMaxRows at a time, sharing each
+// K load; a run's K rows (one page, or 64 positions) stay in L1 for all row groups.
 template <typename E>
-inline void qk_scores(const QueryBlock& qb, const E* kr, int64_t ks, int64_t p0, int64_t n, float scale, float* s,
+inline void qk_scores(const QueryRows& qr, const E* kr, int64_t ks, int64_t p0, int64_t n, float scale, float* s,
                       int64_t ld) {
-  const int64_t rows = qb.tokens * qb.groups;
 #if defined(ASTRAI_ISA_V3)
-  const bool halves = qb.dim % kLanes == 0;  // then rows go 3 at a time (qk_rows_halves)
+  const bool halves = qr.dim % kLanes == 0;  // then rows go 3 at a time (qk_rows_halves)
   const int64_t step = halves ? 3 : kQkMaxRows;
 #else
   constexpr int64_t step = kQkMaxRows;
 #endif
-  for (int64_t r0 = 0; r0 < rows; r0 += step) {
-    const float* q[3] = {qb.q, qb.q, qb.q};
+  for (int64_t r0 = 0; r0 < qr.count; r0 += step) {
+    const int64_t nr = std::min<int64_t>(step, qr.count - r0);
+    const float* q[3] = {qr.rows[r0], qr.rows[r0], qr.rows[r0]};
     float* out[3] = {s, s, s};  // entries past nr unused
-    const int64_t nr = std::min<int64_t>(step, rows - r0);
     for (int64_t i = 0; i < nr; ++i) {
-      const int64_t r = r0 + i;
-      q[i] = qb.q + (r / qb.groups) * qb.token_stride + (r % qb.groups) * qb.dim;
-      out[i] = s + r * ld + p0;
+      q[i] = qr.rows[r0 + i];
+      out[i] = s + (r0 + i) * ld + p0;
     }
 #if defined(ASTRAI_ISA_V3)
     if (halves) {
-      if (nr == 3) qk_rows_halves<3>(q, kr, ks, n, qb.dim, scale, out);
-      else if (nr == 2) qk_rows_halves<2>(q, kr, ks, n, qb.dim, scale, out);
-      else qk_rows_halves<1>(q, kr, ks, n, qb.dim, scale, out);
+      if (nr == 3) qk_rows_halves<3>(q, kr, ks, n, qr.dim, scale, out);
+      else if (nr == 2) qk_rows_halves<2>(q, kr, ks, n, qr.dim, scale, out);
+      else qk_rows_halves<1>(q, kr, ks, n, qr.dim, scale, out);
       continue;
     }
 #endif
-    if (nr == 3) qk_rows<(kQkMaxRows >= 3 ? 3 : 1)>(q, kr, ks, n, qb.dim, scale, out);
-    else if (nr == 2) qk_rows<(kQkMaxRows >= 2 ? 2 : 1)>(q, kr, ks, n, qb.dim, scale, out);
-    else qk_rows<1>(q, kr, ks, n, qb.dim, scale, out);
+    if (nr == 3) qk_rows<(kQkMaxRows >= 3 ? 3 : 1)>(q, kr, ks, n, qr.dim, scale, out);
+    else if (nr == 2) qk_rows<(kQkMaxRows >= 2 ? 2 : 1)>(q, kr, ks, n, qr.dim, scale, out);
+    else qk_rows<1>(q, kr, ks, n, qr.dim, scale, out);
   }
 }
 
