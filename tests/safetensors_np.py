@@ -18,7 +18,12 @@ def f32_entry(name, array):
 
 
 def write_safetensors(path, entries, metadata=None):
-    """entries: iterable of (name, dtype, shape, raw little-endian bytes); metadata: str -> str."""
+    """entries: iterable of (name, dtype, shape, raw little-endian bytes); metadata: str -> str.
+    As the C++ writer: the data starts on a 64-byte boundary and the entries of whole 64-byte
+    lines come first, so each of them does too (no split cache lines in the kernels' loads);
+    no holes."""
+    entries = list(entries)
+    entries = [e for e in entries if len(e[3]) % 64 == 0] + [e for e in entries if len(e[3]) % 64 != 0]
     header, blobs, off = {}, [], 0
     for name, dtype, shape, b in entries:
         header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [off, off + len(b)]}
@@ -27,7 +32,7 @@ def write_safetensors(path, entries, metadata=None):
     if metadata is not None:
         header["__metadata__"] = metadata
     h = json.dumps(header).encode()
-    h += b" " * ((8 - len(h) % 8) % 8)  # the data starts 8-byte aligned
+    h += b" " * ((64 - (8 + len(h)) % 64) % 64)  # the data starts 64-byte aligned
     with open(path, "wb") as f:
         f.write(struct.pack("<Q", len(h)))
         f.write(h)

@@ -33,8 +33,10 @@ SafetensorsContents read_safetensors(const std::string& path);
 SafetensorsContents read_checkpoint_tensors(const std::string& dir);
 
 // Writes tensors (any dtype, any device memory readable on the host) to one file in the
-// layout above, atomically (temporary file, fsync, rename). Tensors are written in the
-// given order, each aligned to 8 bytes.
+// layout above, atomically (temporary file, fsync, rename). The data section starts on a
+// 64-byte boundary (the header padded with spaces); tensors whose size is a multiple of 64
+// bytes come first, in the given order, so each starts on a 64-byte boundary too, then the
+// others in the given order; no holes between them.
 void write_safetensors(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
                        const Json& metadata = Json::object());
 

@@ -272,6 +272,42 @@ TEST(Safetensors, RoundTripKeepsDtypesShapesAndValues) {
   EXPECT_FALSE(fs::exists(dir.file("t.safetensors.tmp." + std::to_string(::getpid()))));
 }
 
+TEST(Safetensors, WrittenTensorsStartOnCacheLinesWithoutHoles) {
+  TempDir dir;
+  // An odd-sized tensor first: it moves behind the tensors of whole cache lines.
+  Tensor odd = Tensor::empty({3}, DType::kBF16);
+  Tensor w = Tensor::empty({4, 16});  // 256 bytes
+  Tensor v = Tensor::empty({32}, DType::kBF16);  // 64 bytes
+  Tensor f = Tensor::empty({5});  // 20 bytes
+  for (Tensor* t : {&odd, &w, &v, &f}) std::memset(t->raw(), 0x3c, t->nbytes());
+  write_safetensors(dir.file("a.safetensors"), {{"odd", odd}, {"w", w}, {"v", v}, {"f", f}});
+  SafetensorsContents r = read_safetensors(dir.file("a.safetensors"));
+  for (const char* name : {"w", "v"}) {
+    EXPECT_TRUE(r.tensors[name].is_mapped()) << name;
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(r.tensors[name].raw()) % 64, 0u) << name;
+  }
+  EXPECT_EQ(std::memcmp(r.tensors["odd"].raw(), odd.raw(), odd.nbytes()), 0);
+  EXPECT_EQ(std::memcmp(r.tensors["f"].raw(), f.raw(), f.nbytes()), 0);
+  // The data section is exactly the tensors' bytes, back to back.
+  std::ifstream in(dir.file("a.safetensors"), std::ios::binary);
+  uint64_t n = 0;
+  for (int i = 0; i < 8; ++i) n |= static_cast<uint64_t>(static_cast<uint8_t>(in.get())) << (8 * i);
+  EXPECT_EQ((8 + n) % 64, 0u);
+  std::string head(n, ' ');
+  in.read(head.data(), static_cast<std::streamsize>(n));
+  const Json h = Json::parse(head);
+  std::vector<std::pair<uint64_t, uint64_t>> spans;
+  for (auto it = h.begin(); it != h.end(); ++it)
+    spans.emplace_back(it.value()["data_offsets"][0].get<uint64_t>(), it.value()["data_offsets"][1].get<uint64_t>());
+  std::sort(spans.begin(), spans.end());
+  uint64_t end = 0;
+  for (const auto& [b, e] : spans) {
+    EXPECT_EQ(b, end);
+    end = e;
+  }
+  EXPECT_EQ(8 + n + end, fs::file_size(dir.file("a.safetensors")));
+}
+
 void write_raw(const std::string& path, const std::string& header, size_t data_bytes, int64_t len_override = -1) {
   std::ofstream out(path, std::ios::binary);
   const uint64_t n = len_override >= 0 ? static_cast<uint64_t>(len_override) : header.size();
