@@ -20,7 +20,7 @@ void write_safetensors_f32(const std::string& path, const std::vector<NamedBlob>
   }
   if (!metadata.empty()) header["__metadata__"] = metadata;
   std::string h = header.dump();
-  while (h.size() % 8 != 0) h.push_back(' ');
+  while ((8 + h.size()) % 64 != 0) h.push_back(' ');  // the data on a cache line, as model::write_safetensors
   std::string out;
   out.reserve(8 + h.size() + offset);
   const uint64_t hlen = h.size();
