@@ -43,8 +43,13 @@ double linear_seconds(int64_t m, int64_t n, int64_t k, DType dtype, double min_s
     wh = to_half(wf, dtype);
     data = wh.data();
   }
+  // On a page, as a checkpoint's mapped weights start on a cache line (a std::vector's large
+  // buffer starts 16 bytes past a page, so every 64-byte load of a row would span two lines).
+  const size_t bytes = dtype_bytes(dtype, n * k);
+  bench::Buffer<uint8_t> aligned = bench::alloc<uint8_t>(bytes);
+  std::memcpy(aligned.get(), data, bytes);
   std::vector<float> y(static_cast<size_t>(m * n));
-  const kernels::WeightView view{data, dtype, n, k};
+  const kernels::WeightView view{aligned.get(), dtype, n, k};
   return bench::best_seconds([&] { kernels::linear(x.data(), m, view, nullptr, y.data()); }, min_seconds);
 }
 
