@@ -327,6 +327,44 @@ TEST_P(IsaIdentity, LinearQ8ActivationsWithAndWithoutVnni) {
   }
 }
 
+// Q4_K and Q5_K at the largest integer sums (every quant 15 or 31, scales and mins near 63,
+// activations +-127 of one sign over each super-block), where the kernels sum several steps'
+// products in 16-bit halves of their dwords before one scale multiply (vpdpwssd) or in int16
+// (maddubs): each level equals generic on every route, with VNNI and without.
+TEST_P(IsaIdentity, LinearQ8ActivationsLargestKQuantSums) {
+  ScopedActivations mode(Activations::kQ8);
+  const char* feature = vnni_feature(GetParam());
+  const bool has_vnni = feature && cpu_has(feature);
+  const std::vector<LinearShape> shapes = {{1, 16, 512}, {3, 24, 768}, {4, 17, 1024}, {9, 48, 512},
+                                           {33, 24, 768}, {70, 40, 512}, {130, 9, 256}};
+  for (bool vnni : {true, false}) {
+    if (vnni && !has_vnni) continue;
+    const bool saved = vnni_allowed();
+    set_vnni(vnni);
+    for (DType dt : {DType::kQ4_K, DType::kQ5_K}) {
+      for (const LinearShape& s : shapes) {
+        const auto bb = static_cast<int64_t>(dtype_bytes(dt, 256));
+        std::vector<uint8_t> wq(dtype_bytes(dt, s.n * s.k));
+        for (int64_t b = 0; b < s.n * s.k / 256; ++b) {
+          uint8_t* blk = wq.data() + b * bb;
+          const uint16_t d = 0x3800, dmin = 0x2c00;  // 0.5, 0.0625
+          std::memcpy(blk, &d, 2);
+          std::memcpy(blk + 2, &dmin, 2);
+          for (int i = 0; i < 12; ++i) blk[4 + i] = static_cast<uint8_t>(0x3f ^ (b + i) % 5);
+          std::memset(blk + 16, 0xff, static_cast<size_t>(bb - 16));
+        }
+        std::vector<float> x(static_cast<size_t>(s.m * s.k));
+        for (int64_t i = 0; i < s.m; ++i)
+          for (int64_t e = 0; e < s.k; ++e) x[static_cast<size_t>(i * s.k + e)] = (e / 256 + i) % 2 ? -3.0f : 3.0f;
+        const auto bias = randn(static_cast<size_t>(s.n), 5);
+        SCOPED_TRACE(std::string("vnni ") + (vnni ? "on" : "off"));
+        expect_linear_same(x, s.m, WeightView{wq.data(), dt, s.n, s.k}, bias);
+      }
+    }
+    set_vnni(saved);
+  }
+}
+
 // The bf16-dot mode (kernels/cpu/linear_bf16.h): each level equals generic on every path (few
 // rows and many, several row blocks, partial groups, K tails within and after a K block), with
 // activations that round to bf16 denormals, products that underflow and weights that are

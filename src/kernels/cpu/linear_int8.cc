@@ -694,7 +694,8 @@ void interleave_q8_0(const uint8_t* w, int64_t rb, int64_t nb, uint8_t* steps, f
 // vpdpbusd adds the four products of unsigned and signed bytes in each dword straight into an
 // int32 lane, with no int16 stage to saturate: one instruction per step where the code above
 // needs maddubs + add, and a sub-block's sum (Q4_K, Q5_K) or group's (Q6_K) is times its scale
-// by one `mullo` instead of a `madd` per 4 to 8 steps. Q8_0's signed weights interleave too: its
+// by one `mullo` instead of a `madd` per 4 to 8 steps (v4's Q4_K: one vpdpwssd per two rows,
+// q4_k_pair_sums). Q8_0's signed weights interleave too: its
 // activations go in as q_x + 128 (unsigned bytes) against the signed weights, and each output's
 // 128 * sum q_w, stored after the block's steps, is subtracted. The same exact integer sums, so
 // the same bits. These functions are compiled for the level plus its VNNI extension (namespace
@@ -791,8 +792,9 @@ inline void split_pairs(const __m512* acc2, __m256* acc) {
 // The tiles below take G groups of 8 W rows at once (steps[g], scales[g]; outputs 8g.. at y + 8g):
 // each activation broadcast then feeds G vpdpbusd. G = 2 and 3 (v4, rows in tiles of 4;
 // outputs_steps) need 0.75 and 0.58 loads per vpdpbusd against 1.125 for one group by 8 rows, and
-// the loads, not the multiplies, bound these tiles (Zen 5: 4 rows x 2 groups ran a microbenchmark
-// of the loop 1.25-1.4x faster than 8 rows x 1). Each group's sums and their ending are the same
+// the loads bound these tiles more than the vpdpbusd (Zen 5: 4 rows x 2 groups ran a microbenchmark
+// of the loop 1.25-1.4x faster than 8 rows x 1); the k-quants' scale multiplies take the same
+// units as vpdpbusd (Q4_K without them, a wrong-result probe: 1.12-1.2x faster). Each group's sums and their ending are the same
 // either way, so the bits.
 
 // The float accumulators of a tile: per group, one ymm per row, and on v4 one zmm per pair of rows.
@@ -927,12 +929,13 @@ inline void super_block_sums(const ActRows& a, int64_t i0, int64_t b, const uint
 }
 
 #if defined(ASTRAI_ISA_V4)
-// finish_q4_k_block for the pairs of rows (r, r + 1), r < R - 1, in pair_sums' layout: the
+// finish_q4_k_block for the pairs of rows (r, r + 1), r < R - 1, their sums sa in sums2[r / 2]
+// (pair_sums' layout): the
 // sums of the 8 W rows' mins times the sub-blocks' sums of q_x by vpdpwssd (madd and add in
 // one), and each lane's two fused multiply-adds as add_k_block's.
 template <int R>
 inline void finish_q4_k_pairs(const ActRows& a, int64_t i0, const uint8_t* blk, const float* scales, int64_t b,
-                              const __m512i* sa, __m512* acc2) {
+                              const __m512i* sums2, __m512* acc2) {
   const __m512 d2 = pair_outputs(_mm256_loadu_ps(scales + b * 16));
   const __m512 dmin2 = pair_outputs(_mm256_loadu_ps(scales + b * 16 + 8));
   __m512i mv2[4];  // per pair of sub-blocks: each output's two mins (int16), in both lanes of its pair
@@ -950,10 +953,56 @@ inline void finish_q4_k_pairs(const ActRows& a, int64_t i0, const uint8_t* blk, 
     }
     const __m512 dx2 = pair_dx(a, (i0 + r) * nbx + b, nbx);
     const __m512 t =
-        _mm512_fmadd_ps(_mm512_mul_ps(d2, dx2), _mm512_cvtepi32_ps(pair_sums(sa[r], sa[r + 1])), acc2[r / 2]);
+        _mm512_fmadd_ps(_mm512_mul_ps(d2, dx2), _mm512_cvtepi32_ps(sums2[r / 2]), acc2[r / 2]);
     acc2[r / 2] = _mm512_fmadd_ps(_mm512_mul_ps(dmin2, dx2),
                                   _mm512_xor_ps(_mm512_cvtepi32_ps(sb), _mm512_set1_ps(-0.0f)), t);
   }
+}
+#endif
+
+#if defined(ASTRAI_ISA_V4)
+// Q4_K's super_block_sums on v4, rows in pairs: a sub-block's dwords (four ops, at most
+// 4 * 4 * 15 * 127 = 30480 each) fit in int16, so one vpackssdw puts rows r and r + 1 in the
+// 16-bit halves of one vector (no saturation) and one vpdpwssd multiplies both by the sub-block's
+// scales and adds them: per pair of rows and sub-block one multiply where mullo needs two (the
+// multiplies, not the loads, then bound the tile). Per 128-bit lane L the packed vector holds row
+// r's outputs 2L, 2L + 1 (one dword each, its two halves added by vpdpwssd), then row r + 1's;
+// sums2[g][r / 2] ends in pair_sums' layout. An odd last row goes through mullo (sa_last). The
+// same exact integers as super_block_sums.
+template <int G, int R>
+inline void q4_k_pair_sums(const ActRows& a, int64_t i0, int64_t b, const uint8_t* const* blk,
+                           __m512i (*sums2)[(R + 1) / 2], __m512i* sa_last) {
+  constexpr int P = R / 2;
+  __m512i sp[G][P > 0 ? P : 1];
+  for (int g = 0; g < G; ++g) {
+    for (int p = 0; p < P; ++p) sp[g][p] = izero();
+    sa_last[g] = izero();
+  }
+  const __m512i dup = _mm512_setr_epi64(0, 0, 1, 1, 2, 2, 3, 3);  // lane L: qword L twice
+  for (int j = 0; j < 8; ++j) {
+    IVec s[G][R];
+    for (int g = 0; g < G; ++g)
+      for (int r = 0; r < R; ++r) s[g][r] = izero();
+    const int64_t x_off = b * kQKBlock + 32 * j;
+#pragma GCC unroll 4
+    for (int o = 0; o < kBlockSteps / kOpSteps; ++o) {
+      IVec wv[G];
+      for (int g = 0; g < G; ++g) wv[g] = load_op(blk[g] + (j * kBlockSteps + o * kOpSteps) * kStepBytes);
+      for (int r = 0; r < R; ++r) {
+        const IVec x = x_op(a.q + (i0 + r) * a.k + x_off + kOpX * o);
+        for (int g = 0; g < G; ++g) s[g][r] = dpbusd(s[g][r], wv[g], x);
+      }
+    }
+    for (int g = 0; g < G; ++g) {
+      const uint8_t* scp = blk[g] + 8 * kBlockSteps * kStepBytes + 32 * j;  // (s, s) int16 per output
+      const __m512i sc2 = _mm512_permutexvar_epi64(dup, _mm512_castsi256_si512(load256(scp)));
+      for (int p = 0; p < P; ++p)
+        sp[g][p] = _mm512_dpwssd_epi32(sp[g][p], _mm512_packs_epi32(s[g][2 * p], s[g][2 * p + 1]), sc2);
+      if constexpr (R % 2 == 1) sa_last[g] = iadd(sa_last[g], imul(s[g][R - 1], op_scales(scp)));
+    }
+  }
+  for (int g = 0; g < G; ++g)
+    for (int p = 0; p < P; ++p) sums2[g][p] = _mm512_shuffle_epi32(sp[g][p], _MM_PERM_ENUM(0xd8));
 }
 #endif
 
@@ -965,21 +1014,34 @@ void tile_q4_k_steps(const ActRows& a, int64_t i0, const uint8_t* const* steps, 
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* blk[G];
     for (int g = 0; g < G; ++g) blk[g] = steps[g] + b * kQ4KSteps;
+#if defined(ASTRAI_ISA_V4)
+    __m512i sums2[G][(R + 1) / 2], last[G];
+    if constexpr (T == DType::kQ4_K) {
+      q4_k_pair_sums<G, R>(a, i0, b, blk, sums2, last);
+    } else {
+      IVec sa[G][R];
+      super_block_sums<G, R, 8, kBlockSteps>(a, i0, b, blk, sa);
+      for (int g = 0; g < G; ++g) {
+        for (int r = 0; r + 1 < R; r += 2) sums2[g][r / 2] = pair_sums(sa[g][r], sa[g][r + 1]);
+        last[g] = sa[g][R - 1];
+      }
+    }
+    for (int g = 0; g < G; ++g) {
+      finish_q4_k_pairs<R>(a, i0, blk[g], scales[g], b, sums2[g], t.acc2[g]);
+      if constexpr (R % 2 == 1) {
+        const __m256i sum = output_sums(last[g]);
+        finish_q4_k_block<1>(a, i0 + R - 1, blk[g], scales[g], b, &sum, &t.acc[g][R - 1]);
+      }
+    }
+#else
     IVec sa[G][R];
     super_block_sums<G, R, 8, kBlockSteps>(a, i0, b, blk, sa);
     for (int g = 0; g < G; ++g) {
-#if defined(ASTRAI_ISA_V4)
-      finish_q4_k_pairs<R>(a, i0, blk[g], scales[g], b, sa[g], t.acc2[g]);
-      if constexpr (R % 2 == 1) {
-        const __m256i last = output_sums(sa[g][R - 1]);
-        finish_q4_k_block<1>(a, i0 + R - 1, blk[g], scales[g], b, &last, &t.acc[g][R - 1]);
-      }
-#else
       __m256i sums[R];
       for (int r = 0; r < R; ++r) sums[r] = output_sums(sa[g][r]);
       finish_q4_k_block<R>(a, i0, blk[g], scales[g], b, sums, t.acc[g]);
-#endif
     }
+#endif
   }
   t.store(bias, y, i0, ldy, true);
 }
