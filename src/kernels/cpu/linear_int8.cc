@@ -793,8 +793,9 @@ inline void split_pairs(const __m512* acc2, __m256* acc) {
 // each activation broadcast then feeds G vpdpbusd. G = 2 and 3 (v4, rows in tiles of 4;
 // outputs_steps) need 0.75 and 0.58 loads per vpdpbusd against 1.125 for one group by 8 rows, and
 // the loads bound these tiles more than the vpdpbusd (Zen 5: 4 rows x 2 groups ran a microbenchmark
-// of the loop 1.25-1.4x faster than 8 rows x 1); the k-quants' scale multiplies take the same
-// units as vpdpbusd (Q4_K without them, a wrong-result probe: 1.12-1.2x faster). Each group's sums and their ending are the same
+// of the loop 1.25-1.4x faster than 8 rows x 1); the k-quants' scale multiplies and the blocks'
+// float endings take the units vpdpbusd needs (probes without them, wrong results: Q4_K
+// 1.12-1.2x, Q4_0 and Q8_0 1.25-1.3x faster). Each group's sums and their ending are the same
 // either way, so the bits.
 
 // The float accumulators of a tile: per group, one ymm per row, and on v4 one zmm per pair of rows.
@@ -964,10 +965,10 @@ inline void finish_q4_k_pairs(const ActRows& a, int64_t i0, const uint8_t* blk, 
 // Q4_K's super_block_sums on v4, rows in pairs: a sub-block's dwords (four ops, at most
 // 4 * 4 * 15 * 127 = 30480 each) fit in int16, so one vpackssdw puts rows r and r + 1 in the
 // 16-bit halves of one vector (no saturation) and one vpdpwssd multiplies both by the sub-block's
-// scales and adds them: per pair of rows and sub-block one multiply where mullo needs two (the
-// multiplies, not the loads, then bound the tile). Per 128-bit lane L the packed vector holds row
-// r's outputs 2L, 2L + 1 (one dword each, its two halves added by vpdpwssd), then row r + 1's;
-// sums2[g][r / 2] ends in pair_sums' layout. An odd last row goes through mullo (sa_last). The
+// scales and adds them: per pair of rows and sub-block one multiply where mullo needs two
+// (gemm_bench, one thread: 1.04-1.06x at 32 rows, 1.05x at 512). Per 128-bit lane L the packed
+// vector holds row r's outputs 2L, 2L + 1 (one dword each, its two halves added by vpdpwssd),
+// then row r + 1's; sums2[g][r / 2] ends in pair_sums' layout. An odd last row goes through mullo (sa_last). The
 // same exact integers as super_block_sums.
 template <int G, int R>
 inline void q4_k_pair_sums(const ActRows& a, int64_t i0, int64_t b, const uint8_t* const* blk,
