@@ -20,9 +20,10 @@
 #include "base/timer.h"
 #include "bench_probes.h"
 #include "model/config.h"
+#include "model/safetensors.h"
 #include "train/model.h"
 #include "train/optimizer.h"
-#include "train/safetensors_io.h"
+#include "train/params.h"
 #include "train/strategy.h"
 
 using namespace astrai;
@@ -73,9 +74,9 @@ int main(int argc, char** argv) {
   model.init_weights(1);
   const auto dir = std::filesystem::temp_directory_path() / ("astrai_train_bench_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
-  std::vector<NamedBlob> blobs;
-  for (const auto& s : model.layout().specs()) blobs.push_back({s.name, s.shape, model.params().data() + s.offset});
-  write_safetensors_f32((dir / "params.safetensors").string(), blobs);
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  for (const auto& s : model.layout().specs()) tensors.emplace_back(s.name, buffer_view(model.params(), s.offset, s.shape));
+  astrai::model::write_safetensors((dir / "params.safetensors").string(), tensors);
   write_file_atomic((dir / "config.json").string(), cfg.dump());
 
   std::mt19937_64 rng(7);

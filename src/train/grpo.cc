@@ -7,7 +7,8 @@
 #include "base/error.h"
 #include "kernels/cpu/cross_entropy_backward.h"
 #include "model/config.h"
-#include "train/safetensors_io.h"
+#include "model/safetensors.h"
+#include "train/params.h"
 
 namespace astrai::train {
 
@@ -98,18 +99,20 @@ void GrpoStrategy::after_update(int64_t step, const TrainModel& policy) {
 
 void GrpoStrategy::save_state(const std::string& dir) const {
   if (reference_is_base_) return;  // the base checkpoint is the reference
-  write_safetensors_f32(dir + "/" + kReferenceFile,
-                        {{"reference", {static_cast<int64_t>(reference_->params().size())}, reference_->params().data()}});
+  const FloatBuffer host = on_host(reference_->params());
+  model::write_safetensors(dir + "/" + kReferenceFile,
+                           {{"reference", buffer_view(host, 0, {static_cast<int64_t>(host.size())})}});
 }
 
 void GrpoStrategy::load_state(const std::string& dir) {
   if (reference_is_base_) return;
-  auto t = read_safetensors(dir + "/" + kReferenceFile);
+  const auto t = model::read_safetensors(dir + "/" + kReferenceFile).tensors;
   auto it = t.find("reference");
   ASTRAI_CHECK(it != t.end() && it->second.dtype() == DType::kF32 &&
                    static_cast<size_t>(it->second.numel()) == reference_->params().size(),
                dir, "/", kReferenceFile, ": missing or mis-sized reference policy");
-  std::memcpy(reference_->params().data(), it->second.raw(), reference_->params().size() * sizeof(float));
+  FloatBuffer& ref = reference_->params();
+  ref.ops().to_device(ref.data(), it->second.raw(), ref.size() * sizeof(float));
 }
 
 }  // namespace astrai::train

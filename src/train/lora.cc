@@ -10,7 +10,8 @@
 #include "base/files.h"
 #include "base/json.h"
 #include "model/lora.h"
-#include "train/safetensors_io.h"
+#include "model/safetensors.h"
+#include "train/params.h"
 
 namespace astrai::train {
 
@@ -175,9 +176,10 @@ std::map<std::string, Tensor> LoraAdapters::merged_weights() {
 }
 
 void LoraAdapters::save(const std::string& dir, const std::string& base_model) const {
-  std::vector<NamedBlob> blobs;
-  for (const auto& s : specs_) blobs.push_back({"base_model.model." + s.name, s.shape, params_.data() + s.offset});
-  write_safetensors_f32(dir + "/adapter_model.safetensors", blobs);
+  const FloatBuffer host = on_host(params_);
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  for (const auto& s : specs_) tensors.emplace_back("base_model.model." + s.name, buffer_view(host, s.offset, s.shape));
+  model::write_safetensors(dir + "/adapter_model.safetensors", tensors);
   Json targets = Json::array();
   for (const auto& t : options_.targets) targets.push_back(kModules.at(t).substr(kModules.at(t).find('.') + 1));
   const Json config{{"peft_type", "LORA"},   {"r", options_.rank},     {"lora_alpha", options_.alpha},

@@ -23,6 +23,7 @@
 #include "base/timer.h"
 #include "data/sampler.h"
 #include "model/config.h"
+#include "model/safetensors.h"
 #include "tokenizer/tokenizer.h"
 #include "train/batch_source.h"
 #include "train/communicator.h"
@@ -30,7 +31,7 @@
 #include "train/lora.h"
 #include "train/rollout.h"
 #include "train/optimizer.h"
-#include "train/safetensors_io.h"
+#include "train/params.h"
 #include "train/schedule.h"
 #include "train/shards.h"
 #include "train/strategy.h"
@@ -451,9 +452,9 @@ void Run::save_checkpoint(int64_t step) {
   fs::remove_all(tmp, ec);
   fs::create_directories(tmp);
   save_weights(tmp.string());
-  write_safetensors_f32((tmp / "optimizer.safetensors").string(),
-                        {{"adamw.m", {static_cast<int64_t>(m.size())}, m.data()},
-                         {"adamw.v", {static_cast<int64_t>(v.size())}, v.data()}});
+  model::write_safetensors((tmp / "optimizer.safetensors").string(),
+                           {{"adamw.m", buffer_view(m, 0, {static_cast<int64_t>(m.size())})},
+                            {"adamw.v", buffer_view(v, 0, {static_cast<int64_t>(v.size())})}});
   Json state;
   state["step"] = step;
   state["adamw_step"] = adam_->step_count();
@@ -485,7 +486,7 @@ void Run::load_checkpoint(const std::string& dir) {
     model_->load_weights(weights.tensors, dir);
   }
   strategy_->load_state(dir);
-  auto opt = read_safetensors(dir + "/optimizer.safetensors");
+  const auto opt = model::read_safetensors(dir + "/optimizer.safetensors").tensors;
   for (auto [name, buf] : {std::pair{"adamw.m", &adam_->m()}, std::pair{"adamw.v", &adam_->v()}}) {
     auto it = opt.find(name);
     ASTRAI_CHECK(it != opt.end() && it->second.dtype() == DType::kF32 &&

@@ -11,9 +11,10 @@
 #include "base/json.h"
 #include "base/parallel.h"
 #include "model/config.h"
+#include "model/safetensors.h"
 #include "train/model.h"
 #include "train/optimizer.h"
-#include "train/safetensors_io.h"
+#include "train/params.h"
 #include "train/dpo.h"
 #include "train/lora.h"
 #include "train/strategy.h"
@@ -34,8 +35,8 @@ int main(int argc, char** argv) {
     // LoRA: the base is frozen and read in place; otherwise every parameter trains.
     const bool with_lora = c.contains("lora");
     TrainModel model(config, c.value("recompute", false), /*trainable=*/!with_lora);
-    if (with_lora) model.view_weights(read_safetensors(dir + "/params.safetensors"), dir + "/params.safetensors");
-    else model.load_weights(read_safetensors(dir + "/params.safetensors"), dir + "/params.safetensors");
+    if (with_lora) model.view_weights(astrai::model::read_safetensors(dir + "/params.safetensors").tensors, dir + "/params.safetensors");
+    else model.load_weights(astrai::model::read_safetensors(dir + "/params.safetensors").tensors, dir + "/params.safetensors");
 
     std::vector<TrainBatch> micro;
     for (const auto& mb : c["micro_batches"]) {
@@ -70,7 +71,7 @@ int main(int argc, char** argv) {
     so.kl_coef = c.value("kl_coef", 0.01f);
     TrainModel reference(config);
     if (so.train_type == "dpo" || so.train_type == "grpo")
-      reference.load_weights(read_safetensors(dir + "/ref_params.safetensors"), dir + "/ref_params.safetensors");
+      reference.load_weights(astrai::model::read_safetensors(dir + "/ref_params.safetensors").tensors, dir + "/ref_params.safetensors");
     auto strategy = make_strategy(so, reference);
     AdamWConfig oc;
     oc.beta1 = c.value("beta1", 0.9f);
@@ -116,10 +117,10 @@ int main(int argc, char** argv) {
       metrics.push_back(means);
       if (lora) lora->finish_grads();
       if (step == 0) {
-        std::vector<NamedBlob> blobs;
+        std::vector<std::pair<std::string, Tensor>> tensors;
         for (const auto& s : lora ? lora->specs() : model.layout().specs())
-          blobs.push_back({s.name, s.shape, grads.data() + s.offset});
-        write_safetensors_f32(dir + "/grads.safetensors", blobs);
+          tensors.emplace_back(s.name, buffer_view(grads, s.offset, s.shape));
+        astrai::model::write_safetensors(dir + "/grads.safetensors", tensors);
       }
       norms.push_back(clip_grad_norm(grads.data(), grads.size(), max_norm));
       adam.step(params.data(), grads.data(), static_cast<float>(lrs[step]));
