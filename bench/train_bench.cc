@@ -75,7 +75,8 @@ int main(int argc, char** argv) {
   const auto dir = std::filesystem::temp_directory_path() / ("astrai_train_bench_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   std::vector<std::pair<std::string, Tensor>> tensors;
-  for (const auto& s : model.layout().specs()) tensors.emplace_back(s.name, buffer_view(model.params(), s.offset, s.shape));
+  for (const auto& s : model.layout().specs())
+    tensors.emplace_back(s.name, buffer_view(model.params(), s.offset, s.shape));
   astrai::model::write_safetensors((dir / "params.safetensors").string(), tensors);
   write_file_atomic((dir / "config.json").string(), cfg.dump());
 

@@ -881,20 +881,17 @@ void tile_q32_steps(const ActRows& a, int64_t i0, const uint8_t* const* steps, c
   t.store(bias, y, i0, ldy, true);
 }
 
-// sa[g][r] += scale[g] * (row r's products with group g's kSteps steps at st[g], x at row offset
-// x_off), the products summed in kKChains chains per row: one sub-block (Q4_K, Q5_K) or group
-// (Q6_K).
-template <int G, int R, int kSteps>
-inline void add_scaled_sums(const ActRows& a, int64_t i0, int64_t x_off, const uint8_t* const* st, const IVec* scale,
-                            IVec (*sa)[R]) {
-  IVec s[kKChains][G][R];
-  for (int c = 0; c < kKChains; ++c)
+// s[c][g][r] = row r's products with group g's kSteps steps at st[g] (x at row offset x_off),
+// summed in kChains chains per row (chain c takes every kChains-th op).
+template <int G, int R, int kSteps, int kChains>
+inline void step_sums(const ActRows& a, int64_t i0, int64_t x_off, const uint8_t* const* st, IVec (*s)[G][R]) {
+  for (int c = 0; c < kChains; ++c)
     for (int g = 0; g < G; ++g)
       for (int r = 0; r < R; ++r) s[c][g][r] = izero();
 #pragma GCC unroll 8
-  for (int o = 0; o < kSteps / kOpSteps; o += kKChains) {
+  for (int o = 0; o < kSteps / kOpSteps; o += kChains) {
 #pragma GCC unroll 2
-    for (int c = 0; c < kKChains; ++c) {
+    for (int c = 0; c < kChains; ++c) {
       IVec wv[G];
       for (int g = 0; g < G; ++g) wv[g] = load_op(st[g] + (o + c) * kOpBytes);
       for (int r = 0; r < R; ++r) {
@@ -903,6 +900,16 @@ inline void add_scaled_sums(const ActRows& a, int64_t i0, int64_t x_off, const u
       }
     }
   }
+}
+
+// sa[g][r] += scale[g] * (row r's products with group g's kSteps steps at st[g], x at row offset
+// x_off), the products summed in kKChains chains per row: one sub-block (Q4_K, Q5_K) or group
+// (Q6_K).
+template <int G, int R, int kSteps>
+inline void add_scaled_sums(const ActRows& a, int64_t i0, int64_t x_off, const uint8_t* const* st, const IVec* scale,
+                            IVec (*sa)[R]) {
+  IVec s[kKChains][G][R];
+  step_sums<G, R, kSteps, kKChains>(a, i0, x_off, st, s);
   for (int g = 0; g < G; ++g)
     for (int r = 0; r < R; ++r) {
       IVec sum = s[0][g][r];
@@ -931,9 +938,8 @@ inline void super_block_sums(const ActRows& a, int64_t i0, int64_t b, const uint
 
 #if defined(ASTRAI_ISA_V4)
 // finish_q4_k_block for the pairs of rows (r, r + 1), r < R - 1, their sums sa in sums2[r / 2]
-// (pair_sums' layout): the
-// sums of the 8 W rows' mins times the sub-blocks' sums of q_x by vpdpwssd (madd and add in
-// one), and each lane's two fused multiply-adds as add_k_block's.
+// (pair_sums' layout): the sums of the 8 W rows' mins times the sub-blocks' sums of q_x by
+// vpdpwssd (madd and add in one), and each lane's two fused multiply-adds as add_k_block's.
 template <int R>
 inline void finish_q4_k_pairs(const ActRows& a, int64_t i0, const uint8_t* blk, const float* scales, int64_t b,
                               const __m512i* sums2, __m512* acc2) {
@@ -968,8 +974,8 @@ inline void finish_q4_k_pairs(const ActRows& a, int64_t i0, const uint8_t* blk, 
 // scales and adds them: per pair of rows and sub-block one multiply where mullo needs two
 // (gemm_bench, one thread: 1.04-1.06x at 32 rows, 1.05x at 512). Per 128-bit lane L the packed
 // vector holds row r's outputs 2L, 2L + 1 (one dword each, its two halves added by vpdpwssd),
-// then row r + 1's; sums2[g][r / 2] ends in pair_sums' layout. An odd last row goes through mullo (sa_last). The
-// same exact integers as super_block_sums.
+// then row r + 1's; sums2[g][r / 2] ends in pair_sums' layout. An odd last row goes through
+// mullo (sa_last). The same exact integers as super_block_sums.
 template <int G, int R>
 inline void q4_k_pair_sums(const ActRows& a, int64_t i0, int64_t b, const uint8_t* const* blk,
                            __m512i (*sums2)[(R + 1) / 2], __m512i* sa_last) {
@@ -981,19 +987,11 @@ inline void q4_k_pair_sums(const ActRows& a, int64_t i0, int64_t b, const uint8_
   }
   const __m512i dup = _mm512_setr_epi64(0, 0, 1, 1, 2, 2, 3, 3);  // lane L: qword L twice
   for (int j = 0; j < 8; ++j) {
-    IVec s[G][R];
-    for (int g = 0; g < G; ++g)
-      for (int r = 0; r < R; ++r) s[g][r] = izero();
-    const int64_t x_off = b * kQKBlock + 32 * j;
-#pragma GCC unroll 4
-    for (int o = 0; o < kBlockSteps / kOpSteps; ++o) {
-      IVec wv[G];
-      for (int g = 0; g < G; ++g) wv[g] = load_op(blk[g] + (j * kBlockSteps + o * kOpSteps) * kStepBytes);
-      for (int r = 0; r < R; ++r) {
-        const IVec x = x_op(a.q + (i0 + r) * a.k + x_off + kOpX * o);
-        for (int g = 0; g < G; ++g) s[g][r] = dpbusd(s[g][r], wv[g], x);
-      }
-    }
+    const uint8_t* st[G];
+    for (int g = 0; g < G; ++g) st[g] = blk[g] + j * kBlockSteps * kStepBytes;
+    IVec chains[1][G][R];
+    step_sums<G, R, kBlockSteps, 1>(a, i0, b * kQKBlock + 32 * j, st, chains);
+    IVec (&s)[G][R] = chains[0];
     for (int g = 0; g < G; ++g) {
       const uint8_t* scp = blk[g] + 8 * kBlockSteps * kStepBytes + 32 * j;  // (s, s) int16 per output
       const __m512i sc2 = _mm512_permutexvar_epi64(dup, _mm512_castsi256_si512(load256(scp)));
