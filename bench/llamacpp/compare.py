@@ -22,6 +22,13 @@ in the same run), and the best ratio with the products at that peak.
 --rounds N runs both programs N times per format, alternately, and keeps each side's best rate
 (each run is itself the best or mean of a few repetitions, as llama-bench's -r 3).
 
+--level v3 compares at the AVX2 level on this machine: llama.cpp built for AVX2 + FMA + F16C only
+(build.sh's v3: what an AVX2-only CPU such as AMD Zen 2/3 gets) against ours with
+ASTRAI_CPU_ISA=v3 and ASTRAI_CPU_VNNI=0; --level v3-vnni adds AVX-VNNI on both sides (Intel client
+CPUs since Alder Lake). The core is still this machine's (its caches, clocks and ports), so it
+stands in for an AVX2-only CPU's instruction set, not for its speed. Results go to
+results-LEVEL.json.
+
 --bf16-dot adds a row "bf16 --bf16-dot": our bf16 checkpoint again with bf16 weights times
 bf16-rounded activations (AVX512_BF16's VDPBF16PS where the CPU has it), the arithmetic llama.cpp
 uses for bf16 weights on such CPUs, against the same llama.cpp figures.
@@ -56,6 +63,11 @@ OUR_QUANT = ("q8_0", "q4_0", "q4_k", "q5_k", "q6_k")  # written by astrai quanti
 # llama.cpp's default Q4_K mixture (Q6_K for some matrices), whose GGUF file both sides run.
 QUANT = {"q8_0": "Q8_0", "q4_0": "Q4_0", "q4_k": "Q4_K", "q5_k": "Q5_K_S", "q6_k": "Q6_K", "q4_k_m": "Q4_K_M"}
 PURE = ("q4_k", "q5_k", "q6_k")
+# --level: our side's environment (build.sh builds llama.cpp's side for the same level). OpenBLAS
+# (only the benches' baselines use it) gets its AVX2 kernels, as an AVX2-only CPU would.
+LEVEL_ENV = {"native": {},
+             "v3": {"ASTRAI_CPU_ISA": "v3", "ASTRAI_CPU_VNNI": "0", "OPENBLAS_CORETYPE": "Haswell"},
+             "v3-vnni": {"ASTRAI_CPU_ISA": "v3", "ASTRAI_CPU_VNNI": "1", "OPENBLAS_CORETYPE": "Haswell"}}
 
 
 def log(*a):
@@ -349,12 +361,18 @@ def main():
                          "(this host's rates move by up to 1.5x between minutes)")
     ap.add_argument("--activations", choices=["q8", "f32"], default="q8",
                     help="what our quantized weights multiply (astrai --activations; q8, the default, as llama.cpp)")
+    ap.add_argument("--level", choices=list(LEVEL_ENV), default="native",
+                    help="instruction-set level of both programs (default native: the best this CPU runs)")
     a = ap.parse_args()
     os.environ["ASTRAI_ACTIVATIONS"] = a.activations  # every astrai run below
+    os.environ.update(LEVEL_ENV[a.level])
+    results_name = "results.json" if a.level == "native" else f"results-{a.level}.json"
     if a.table:
         report = json.load(open(a.table))
         batched = all("b8_tg" in r["llama.cpp"] for r in report["results"].values())
-        print(f"{report['cpu']}, {report['threads']} threads, {report['date']}\n")
+        level = report.get("level", "native")
+        level = "" if level == "native" else f", level {level} on both sides"
+        print(f"{report['cpu']}, {report['threads']} threads{level}, {report['date']}\n")
         print(table(report["results"], batched))
         if batched and limits(report["results"]):
             print("\n" + limits(report["results"]))
@@ -365,9 +383,10 @@ def main():
             sys.exit(f"compare: unknown format {f} (known: {', '.join(OURS + tuple(QUANT))})")
     if not os.access(a.astrai, os.X_OK):
         sys.exit(f"compare: {a.astrai} not found: build with cmake --build --preset release")
-    bin_dir = subprocess.run([os.path.join(ROOT, "bench", "llamacpp", "build.sh")], check=True, stdout=subprocess.PIPE,
-                             text=True).stdout.strip().splitlines()[-1]
-    src_dir = os.path.join(os.path.dirname(os.path.dirname(bin_dir)), "src")
+    llama_dir = os.path.join(ROOT, "build", "llamacpp")
+    bin_dir = subprocess.run([os.path.join(ROOT, "bench", "llamacpp", "build.sh"), llama_dir, a.level], check=True,
+                             stdout=subprocess.PIPE, text=True).stdout.strip().splitlines()[-1]
+    src_dir = os.path.join(llama_dir, "src")
     os.makedirs(a.out, exist_ok=True)
     weights = hf_weights()
     results = {}
@@ -409,12 +428,13 @@ def main():
                 "astrai": best_of([our_side(a.astrai, d, a.threads, not a.no_batched, env) for _ in range(max(1, a.rounds))])}
             log("bf16 --bf16-dot", json.dumps(results["bf16 --bf16-dot"]))
     report = {"cpu": cpu_model(), "threads": a.threads, "date": time.strftime("%Y-%m-%d"), "results": results,
-              "activations": a.activations, "rounds": max(1, a.rounds)}
-    with open(os.path.join(a.out, "results.json"), "w") as f:
+              "activations": a.activations, "rounds": max(1, a.rounds), "level": a.level}
+    with open(os.path.join(a.out, results_name), "w") as f:
         json.dump(report, f, indent=1)
     kern = next((r["astrai"]["kernels"] for r in results.values() if "astrai" in r), "?")
     rounds = f", best of {report['rounds']} alternating rounds per side" if report["rounds"] > 1 else ""
-    print(f"{report['cpu']}, {a.threads} threads, AstrAI kernels {kern}, quantized weights times {a.activations} "
+    level = "" if a.level == "native" else f", level {a.level} on both sides"
+    print(f"{report['cpu']}, {a.threads} threads{level}, AstrAI kernels {kern}, quantized weights times {a.activations} "
           f"activations{rounds}, {report['date']}\n")
     print(table(results, not a.no_batched))
     if not a.no_batched and limits(results):
