@@ -1045,7 +1045,7 @@ void tile_q4_k_steps(const ActRows& a, int64_t i0, const uint8_t* const* steps, 
   t.store(bias, y, i0, ldy, true);
 }
 
-// Q6_K steps (interleave_q6_k): R rows from i0 times G groups (v4 only: see outputs).
+// Q6_K steps (interleave_q6_k): R rows from i0 times G groups.
 template <int G, int R>
 void tile_q6_k_steps(const ActRows& a, int64_t i0, const uint8_t* const* steps, const float* const* scales,
                      int64_t nb, const float* bias, float* y, int64_t ldy) {
@@ -1446,19 +1446,16 @@ void outputs(const ActRows& a, int64_t i0, int64_t i1, const uint8_t* w, int64_t
   // for Q4_K and Q5_K (whose scales take longer to rewrite: at 8 rows ~4% slower interleaved, at
   // 16 ~10% faster) and 8 for Q6_K (longer still: no faster at 16 rows, +20% at prefill's 64).
   // Q8_0 only with VNNI. v3's VNNI k-quant tiles (two chains of 4 rows in 16 ymm registers)
-  // spill: there Q4_K and Q5_K take them only as the plain route would (at 8 rows VNNI was 0.9x)
-  // and Q6_K not at all (0.6x at 512 rows). gemm_bench's quantized table measures these.
-#if defined(ASTRAI_ISA_V4)
-  constexpr bool kVnniTiles = true;
-#else
-  constexpr bool kVnniTiles = T != DType::kQ6_K;
-#endif
-  const bool vnni = kVnniTiles && a.vnni;
+  // spill: there Q4_K and Q5_K take them only as the plain route would (at 8 rows VNNI was 0.9x).
+  // Q6_K's (once 0.6x at 512 rows, before the groups' rewrite; now, Zen 5 as v3 with AVX-VNNI,
+  // one thread, two alternating rounds: 1.55x at 32 rows, 1.04-1.17x at 512 x 2048 x 768, level
+  // at 512 x 768 x 2048; 3 rows per tile measured no better) from past 8 rows as Q4_K's.
+  // gemm_bench's quantized table measures these.
+  const bool vnni = a.vnni;
   const int64_t plain_from = T == DType::kQ4_0 ? kTileRows : T == DType::kQ6_K ? 8 * kTileRows : 2 * kTileRows;
   const int64_t from = vnni ? vnni_steps_from(T) : plain_from;
   if (i1 - i0 > from) {
-    if constexpr (kVnniTiles)
-      if (vnni) return outputs_steps<T, true, 1>(a, i0, i1, w, nb, bias, y, ldy, pf, pf_rows);
+    if (vnni) return outputs_steps<T, true, 1>(a, i0, i1, w, nb, bias, y, ldy, pf, pf_rows);
     if constexpr (T != DType::kQ8_0) return outputs_steps<T, false, 1>(a, i0, i1, w, nb, bias, y, ldy, pf, pf_rows);
   }
   // Few rows: W read in place, tiles of up to 4 rows (with VNNI: v4's zmm tiles but for Q8_0,
