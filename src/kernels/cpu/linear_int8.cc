@@ -1442,9 +1442,9 @@ void outputs(const ActRows& a, int64_t i0, int64_t i1, const uint8_t* w, int64_t
 #endif
   ASTRAI_CHECK(nr == 8, "linear_int8: groups of 8 W rows, or up to three where groups_at_once says");
   // Rewriting a group pays off past 1 tile of rows with VNNI (Q8_0 on v4: past 3 rows) and for
-  // Q4_0; without VNNI past 2
-  // for Q4_K and Q5_K (whose scales take longer to rewrite: at 8 rows ~4% slower interleaved, at
-  // 16 ~10% faster) and 8 for Q6_K (longer still: no faster at 16 rows, +20% at prefill's 64).
+  // Q4_0; without VNNI past 2 for the k-quants (whose scales take longer to rewrite: Q4_K at 8
+  // rows ~4% slower interleaved, at 16 ~10% faster; Q6_K, since its groups' rewrite, 1.7-1.8x
+  // at 16 rows and 1.85x at 32, Zen 5 as v3 without VNNI, where it had waited for 32 rows).
   // Q8_0 only with VNNI. v3's VNNI k-quant tiles (two chains of 4 rows in 16 ymm registers)
   // spill: there Q4_K and Q5_K take them only as the plain route would (at 8 rows VNNI was 0.9x).
   // Q6_K's (once 0.6x at 512 rows, before the groups' rewrite; now, Zen 5 as v3 with AVX-VNNI,
@@ -1452,7 +1452,7 @@ void outputs(const ActRows& a, int64_t i0, int64_t i1, const uint8_t* w, int64_t
   // at 512 x 768 x 2048; 3 rows per tile measured no better) from past 8 rows as Q4_K's.
   // gemm_bench's quantized table measures these.
   const bool vnni = a.vnni;
-  const int64_t plain_from = T == DType::kQ4_0 ? kTileRows : T == DType::kQ6_K ? 8 * kTileRows : 2 * kTileRows;
+  const int64_t plain_from = T == DType::kQ4_0 ? kTileRows : 2 * kTileRows;
   const int64_t from = vnni ? vnni_steps_from(T) : plain_from;
   if (i1 - i0 > from) {
     if (vnni) return outputs_steps<T, true, 1>(a, i0, i1, w, nb, bias, y, ldy, pf, pf_rows);
