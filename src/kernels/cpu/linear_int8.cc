@@ -151,13 +151,7 @@ constexpr bool kSignedQ4Steps = false;
 // Whether T's VNNI steps hold signed weights (and take x as unsigned bytes, ActRows::qu).
 constexpr bool signed_steps(DType t) { return t == DType::kQ8_0 || (t == DType::kQ4_0 && kSignedQ4Steps); }
 // Rows of x past which the VNNI tiles take the interleaved steps (outputs: why these counts).
-constexpr int64_t vnni_steps_from(DType t) {
-#if defined(ASTRAI_ISA_V4)
-  return t == DType::kQ8_0 ? kQ8StepsFrom : kTileRows;
-#else
-  return is_k_quant(t) ? 2 * kTileRows : kTileRows;
-#endif
-}
+constexpr int64_t vnni_steps_from(DType t) { return t == DType::kQ8_0 ? kQ8StepsFrom : kTileRows; }
 
 // How many whole groups of one matrix run_group may hand outputs<T> at once (8 W rows each): v4's
 // VNNI steps of Q8_0, Q4_0, Q4_K and Q5_K take up to three (tiles of 4 rows by 24 outputs, each
@@ -1441,19 +1435,17 @@ void outputs(const ActRows& a, int64_t i0, int64_t i1, const uint8_t* w, int64_t
   }
 #endif
   ASTRAI_CHECK(nr == 8, "linear_int8: groups of 8 W rows, or up to three where groups_at_once says");
-  // Rewriting a group pays off past 1 tile of rows with VNNI (Q8_0 on v4: past 3 rows) and for
-  // Q4_0; without VNNI past 2 for the k-quants (whose scales take longer to rewrite: Q4_K at 8
-  // rows ~4% slower interleaved, at 16 ~10% faster; Q6_K, since its groups' rewrite, 1.7-1.8x
-  // at 16 rows and 1.85x at 32, Zen 5 as v3 without VNNI, where it had waited for 32 rows).
-  // Q8_0 only with VNNI. v3's VNNI k-quant tiles (two chains of 4 rows in 16 ymm registers)
-  // spill: there Q4_K and Q5_K take them only as the plain route would (at 8 rows VNNI was 0.9x).
-  // Q6_K's (once 0.6x at 512 rows, before the groups' rewrite; now, Zen 5 as v3 with AVX-VNNI,
-  // one thread, two alternating rounds: 1.55x at 32 rows, 1.04-1.17x at 512 x 2048 x 768, level
-  // at 512 x 768 x 2048; 3 rows per tile measured no better) from past 8 rows as Q4_K's.
-  // gemm_bench's quantized table measures these.
+  // Rewriting a group pays off past 1 tile of rows (Q8_0 on v4: past 3 rows; Q8_0 only with
+  // VNNI). The k-quants had waited for 2 tiles (Q6_K without VNNI for 8) when their scales took
+  // longer to rewrite; since the groups' rewrite, on a Zen 5 as v3, one thread, two alternating
+  // rounds, interleaving is 1.15-1.45x the in-place tiles at 5 and 6 rows and 1.1-1.6x at 8,
+  // with AVX-VNNI or without, and Q6_K without VNNI 1.7-1.85x at 16 and 32 rows. v3's VNNI
+  // k-quant tiles (two chains of 4 rows in 16 ymm registers) spill a little; Q6_K's (once 0.6x
+  // at 512 rows, before that rewrite) are 1.55x the in-place tiles at 32 rows and 1.0-1.17x the
+  // plain interleaved ones at 512 (3 rows per tile measured no better). gemm_bench's quantized
+  // table measures these.
   const bool vnni = a.vnni;
-  const int64_t plain_from = T == DType::kQ4_0 ? kTileRows : 2 * kTileRows;
-  const int64_t from = vnni ? vnni_steps_from(T) : plain_from;
+  const int64_t from = vnni ? vnni_steps_from(T) : kTileRows;
   if (i1 - i0 > from) {
     if (vnni) return outputs_steps<T, true, 1>(a, i0, i1, w, nb, bias, y, ldy, pf, pf_rows);
     if constexpr (T != DType::kQ8_0) return outputs_steps<T, false, 1>(a, i0, i1, w, nb, bias, y, ldy, pf, pf_rows);
