@@ -68,6 +68,7 @@ PURE = ("q4_k", "q5_k", "q6_k")
 LEVEL_ENV = {"native": {},
              "v3": {"ASTRAI_CPU_ISA": "v3", "ASTRAI_CPU_VNNI": "0", "OPENBLAS_CORETYPE": "Haswell"},
              "v3-vnni": {"ASTRAI_CPU_ISA": "v3", "ASTRAI_CPU_VNNI": "1", "OPENBLAS_CORETYPE": "Haswell"}}
+LEVEL_FLAGS = {"native": [], "v3": ["avx2", "fma", "f16c", "bmi2"], "v3-vnni": ["avx2", "fma", "f16c", "bmi2", "avx_vnni"]}
 
 
 def log(*a):
@@ -287,6 +288,16 @@ def our_side(astrai, model_dir, threads, batched, env=None):
     return res
 
 
+def cpu_flags():
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("flags"):
+                return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
 def cpu_model():
     try:
         for line in open("/proc/cpuinfo"):
@@ -377,6 +388,9 @@ def main():
         if batched and limits(report["results"]):
             print("\n" + limits(report["results"]))
         return
+    missing = [f for f in LEVEL_FLAGS[a.level] if f not in cpu_flags()]
+    if missing:
+        sys.exit(f"compare: --level {a.level} needs CPU features this machine lacks: {' '.join(missing)}")
     formats = a.formats.split(",")
     for f in formats:
         if f not in OURS and f not in QUANT:
