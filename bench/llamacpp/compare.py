@@ -63,12 +63,14 @@ OUR_QUANT = ("q8_0", "q4_0", "q4_k", "q5_k", "q6_k")  # written by astrai quanti
 # llama.cpp's default Q4_K mixture (Q6_K for some matrices), whose GGUF file both sides run.
 QUANT = {"q8_0": "Q8_0", "q4_0": "Q4_0", "q4_k": "Q4_K", "q5_k": "Q5_K_S", "q6_k": "Q6_K", "q4_k_m": "Q4_K_M"}
 PURE = ("q4_k", "q5_k", "q6_k")
-# --level: our side's environment (build.sh builds llama.cpp's side for the same level). OpenBLAS
-# (only the benches' baselines use it) gets its AVX2 kernels, as an AVX2-only CPU would.
-LEVEL_ENV = {"native": {},
-             "v3": {"ASTRAI_CPU_ISA": "v3", "ASTRAI_CPU_VNNI": "0", "OPENBLAS_CORETYPE": "Haswell"},
-             "v3-vnni": {"ASTRAI_CPU_ISA": "v3", "ASTRAI_CPU_VNNI": "1", "OPENBLAS_CORETYPE": "Haswell"}}
-LEVEL_FLAGS = {"native": [], "v3": ["avx2", "fma", "f16c", "bmi2"], "v3-vnni": ["avx2", "fma", "f16c", "bmi2", "avx_vnni"]}
+# --level: our side's environment (build.sh builds llama.cpp's side for the same level; OpenBLAS,
+# which only the benches' baselines use, gets its AVX2 kernels, as an AVX2-only CPU would) and the
+# CPU features (/proc/cpuinfo flags) the level needs.
+V3_ENV = {"ASTRAI_CPU_ISA": "v3", "OPENBLAS_CORETYPE": "Haswell"}
+V3_FLAGS = ["avx2", "fma", "f16c", "bmi2"]
+LEVELS = {"native": {"env": {}, "flags": []},
+          "v3": {"env": dict(V3_ENV, ASTRAI_CPU_VNNI="0"), "flags": V3_FLAGS},
+          "v3-vnni": {"env": dict(V3_ENV, ASTRAI_CPU_VNNI="1"), "flags": V3_FLAGS + ["avx_vnni"]}}
 
 
 def log(*a):
@@ -372,11 +374,11 @@ def main():
                          "(this host's rates move by up to 1.5x between minutes)")
     ap.add_argument("--activations", choices=["q8", "f32"], default="q8",
                     help="what our quantized weights multiply (astrai --activations; q8, the default, as llama.cpp)")
-    ap.add_argument("--level", choices=list(LEVEL_ENV), default="native",
+    ap.add_argument("--level", choices=list(LEVELS), default="native",
                     help="instruction-set level of both programs (default native: the best this CPU runs)")
     a = ap.parse_args()
     os.environ["ASTRAI_ACTIVATIONS"] = a.activations  # every astrai run below
-    os.environ.update(LEVEL_ENV[a.level])
+    os.environ.update(LEVELS[a.level]["env"])
     results_name = "results.json" if a.level == "native" else f"results-{a.level}.json"
     if a.table:
         report = json.load(open(a.table))
@@ -388,7 +390,7 @@ def main():
         if batched and limits(report["results"]):
             print("\n" + limits(report["results"]))
         return
-    missing = [f for f in LEVEL_FLAGS[a.level] if f not in cpu_flags()]
+    missing = [f for f in LEVELS[a.level]["flags"] if f not in cpu_flags()]
     if missing:
         sys.exit(f"compare: --level {a.level} needs CPU features this machine lacks: {' '.join(missing)}")
     formats = a.formats.split(",")

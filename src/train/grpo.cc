@@ -99,9 +99,7 @@ void GrpoStrategy::after_update(int64_t step, const TrainModel& policy) {
 
 void GrpoStrategy::save_state(const std::string& dir) const {
   if (reference_is_base_) return;  // the base checkpoint is the reference
-  const FloatBuffer host = on_host(reference_->params());
-  model::write_safetensors(dir + "/" + kReferenceFile,
-                           {{"reference", buffer_view(host, 0, {static_cast<int64_t>(host.size())})}});
+  model::write_safetensors(dir + "/" + kReferenceFile, {{"reference", buffer_view(on_host(reference_->params()))}});
 }
 
 void GrpoStrategy::load_state(const std::string& dir) {

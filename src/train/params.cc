@@ -69,6 +69,10 @@ Tensor buffer_view(const FloatBuffer& buffer, size_t offset, const Shape& shape)
                 DType::kF32);
 }
 
+Tensor buffer_view(const FloatBuffer& buffer) {
+  return buffer_view(buffer, 0, {static_cast<int64_t>(buffer.size())});
+}
+
 std::map<std::string, Tensor> tensor_views(const ParamLayout& layout, const FloatBuffer& buffer) {
   auto storage = std::make_shared<BufferStorage>(buffer.shared(), buffer.size(), buffer.device());
   std::map<std::string, Tensor> out;

@@ -70,7 +70,9 @@ ModelTensors bind_tensors(const model::ModelConfig& config, const ParamLayout& l
 // Tensor views (sharing the buffer's ownership) named as in HF safetensors, for saving
 // and for building an inference Transformer over the live trained weights.
 std::map<std::string, Tensor> tensor_views(const ParamLayout& layout, const FloatBuffer& buffer);
-// One f32 tensor of `shape` at `offset` floats into the buffer (keeps it alive).
+// One f32 tensor of `shape` at `offset` floats into the buffer (keeps it alive); without them,
+// the whole buffer as one 1-D tensor.
 Tensor buffer_view(const FloatBuffer& buffer, size_t offset, const Shape& shape);
+Tensor buffer_view(const FloatBuffer& buffer);
 
 }  // namespace astrai::train

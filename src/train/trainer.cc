@@ -453,8 +453,7 @@ void Run::save_checkpoint(int64_t step) {
   fs::create_directories(tmp);
   save_weights(tmp.string());
   model::write_safetensors((tmp / "optimizer.safetensors").string(),
-                           {{"adamw.m", buffer_view(m, 0, {static_cast<int64_t>(m.size())})},
-                            {"adamw.v", buffer_view(v, 0, {static_cast<int64_t>(v.size())})}});
+                           {{"adamw.m", buffer_view(m)}, {"adamw.v", buffer_view(v)}});
   Json state;
   state["step"] = step;
   state["adamw_step"] = adam_->step_count();

@@ -60,6 +60,13 @@ struct ScopedActivations {
   Activations saved;
 };
 
+// Allows or forbids the VNNI kernels for a scope.
+struct ScopedVnni {
+  explicit ScopedVnni(bool on) : saved(vnni_allowed()) { set_vnni(on); }
+  ~ScopedVnni() { set_vnni(saved); }
+  bool saved;
+};
+
 struct ThreadCount {
   explicit ThreadCount(int n) : saved(omp_get_max_threads()) { omp_set_num_threads(n); }
   ~ThreadCount() { omp_set_num_threads(saved); }
@@ -281,11 +288,6 @@ TEST_P(IsaIdentity, LinearQ8ActivationsWithAndWithoutVnni) {
   if (!feature) GTEST_SKIP() << "level " << isa_name(GetParam()) << " has no dot-product kernels";
   if (!cpu_has(feature)) GTEST_SKIP() << "this CPU has no " << feature << " (those kernels cannot run here)";
   ScopedActivations mode(Activations::kQ8);
-  struct ScopedVnni {
-    explicit ScopedVnni(bool on) : saved(vnni_allowed()) { set_vnni(on); }
-    ~ScopedVnni() { set_vnni(saved); }
-    bool saved;
-  };
   // v4 takes up to three whole groups of 8 W rows at once by tiles of 4 rows (groups_at_once):
   // rows of x past a row block and 1-3 left over, odd and partial groups after the multi-group
   // units.
@@ -339,8 +341,7 @@ TEST_P(IsaIdentity, LinearQ8ActivationsLargestKQuantSums) {
                                            {33, 24, 768}, {70, 40, 512}, {130, 9, 256}};
   for (bool vnni : {true, false}) {
     if (vnni && !has_vnni) continue;
-    const bool saved = vnni_allowed();
-    set_vnni(vnni);
+    ScopedVnni scoped(vnni);
     for (DType dt : {DType::kQ4_K, DType::kQ5_K}) {
       for (const LinearShape& s : shapes) {
         const auto bb = static_cast<int64_t>(dtype_bytes(dt, 256));
@@ -361,7 +362,6 @@ TEST_P(IsaIdentity, LinearQ8ActivationsLargestKQuantSums) {
         expect_linear_same(x, s.m, WeightView{wq.data(), dt, s.n, s.k}, bias);
       }
     }
-    set_vnni(saved);
   }
 }
 

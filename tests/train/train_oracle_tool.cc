@@ -35,8 +35,10 @@ int main(int argc, char** argv) {
     // LoRA: the base is frozen and read in place; otherwise every parameter trains.
     const bool with_lora = c.contains("lora");
     TrainModel model(config, c.value("recompute", false), /*trainable=*/!with_lora);
-    if (with_lora) model.view_weights(astrai::model::read_safetensors(dir + "/params.safetensors").tensors, dir + "/params.safetensors");
-    else model.load_weights(astrai::model::read_safetensors(dir + "/params.safetensors").tensors, dir + "/params.safetensors");
+    const std::string params_file = dir + "/params.safetensors";
+    const auto base = astrai::model::read_safetensors(params_file).tensors;
+    if (with_lora) model.view_weights(base, params_file);
+    else model.load_weights(base, params_file);
 
     std::vector<TrainBatch> micro;
     for (const auto& mb : c["micro_batches"]) {
@@ -71,7 +73,8 @@ int main(int argc, char** argv) {
     so.kl_coef = c.value("kl_coef", 0.01f);
     TrainModel reference(config);
     if (so.train_type == "dpo" || so.train_type == "grpo")
-      reference.load_weights(astrai::model::read_safetensors(dir + "/ref_params.safetensors").tensors, dir + "/ref_params.safetensors");
+      reference.load_weights(astrai::model::read_safetensors(dir + "/ref_params.safetensors").tensors,
+                             dir + "/ref_params.safetensors");
     auto strategy = make_strategy(so, reference);
     AdamWConfig oc;
     oc.beta1 = c.value("beta1", 0.9f);
