@@ -292,6 +292,91 @@ inline void prefetch_k_page(const KvSource& kv, const AttentionSeq& s, int64_t k
   prefetch_bytes(k + lo * d.qk_dim, (hi - lo) * d.qk_dim * static_cast<int64_t>(sizeof(E)));
 }
 
+#if defined(ASTRAI_ISA_V3) || defined(ASTRAI_ISA_V4)
+// Prefill on v3 and v4: a sequence with at least this many new tokens (4 work items per kv head)
+// has its K rows transposed once per call for qk_scores_transposed, when the q/k dim is a
+// multiple of 16; the transposed copies of one call take at most kMaxTransposedFloats (64 MiB;
+// sequences past it keep the lane-major tiles, which give the same bits).
+constexpr int64_t kTransposeMinTokens = 16;
+constexpr int64_t kMaxTransposedFloats = int64_t{16} << 20;
+
+inline __m256 widen8(const float* p) { return _mm256_loadu_ps(p); }
+inline __m256 widen8(const uint16_t* p) {
+  return _mm256_castsi256_ps(
+      _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16));
+}
+
+// In-register transpose of 8 x 8 floats: x[j] lane i <- x[i] lane j.
+inline void transpose8(__m256* x) {
+  __m256 t[8], u[8];
+  for (int j = 0; j < 8; j += 2) {
+    t[j] = _mm256_unpacklo_ps(x[j], x[j + 1]);
+    t[j + 1] = _mm256_unpackhi_ps(x[j], x[j + 1]);
+  }
+  for (int j = 0; j < 8; j += 4) {
+    u[j] = _mm256_shuffle_ps(t[j], t[j + 2], _MM_SHUFFLE(1, 0, 1, 0));
+    u[j + 1] = _mm256_shuffle_ps(t[j], t[j + 2], _MM_SHUFFLE(3, 2, 3, 2));
+    u[j + 2] = _mm256_shuffle_ps(t[j + 1], t[j + 3], _MM_SHUFFLE(1, 0, 1, 0));
+    u[j + 3] = _mm256_shuffle_ps(t[j + 1], t[j + 3], _MM_SHUFFLE(3, 2, 3, 2));
+  }
+  for (int j = 0; j < 4; ++j) {
+    x[j] = _mm256_permute2f128_ps(u[j], u[j + 4], 0x20);
+    x[j + 4] = _mm256_permute2f128_ps(u[j], u[j + 4], 0x31);
+  }
+}
+
+// The K rows of positions [c0, c1) (one chunk) of kv head h into kt[d * kChunk + c - c0],
+// widened to f32; columns past c1 - c0 are zero.
+template <typename E>
+void transpose_k_chunk(const KvSource& kv, const AttentionSeq& s, int64_t h, const AttentionDims& d, int64_t c0,
+                       int64_t c1, float* kt) {
+  KvRun<E> runs[kChunk];
+  int64_t ks = 0, vs = 0;
+  const int64_t nruns = kv_runs<E>(kv, s, h, d, c0, c1, runs, &ks, &vs);
+  const E* rows[kChunk];
+  int64_t n = 0;
+  for (int64_t k = 0; k < nruns; ++k)
+    for (int64_t i = 0; i < runs[k].n; ++i) rows[n++] = runs[k].k + i * ks;
+  for (int64_t c = 0; c < kChunk; c += 8)
+    for (int64_t d0 = 0; d0 < d.qk_dim; d0 += 8) {
+      __m256 x[8];
+      for (int64_t j = 0; j < 8; ++j) x[j] = c + j < n ? widen8(rows[c + j] + d0) : _mm256_setzero_ps();
+      transpose8(x);
+      for (int64_t j = 0; j < 8; ++j) _mm256_storeu_ps(kt + (d0 + j) * kChunk + c, x[j]);
+    }
+}
+
+// Plans the call's transpositions: scratch.kt_at, kt_jobs and kt's size.
+inline void plan_transposed_k(const AttentionSeq* seqs, int64_t num_seqs, const AttentionDims& d,
+                              AttentionScratch& scratch) {
+  scratch.kt_at.assign(static_cast<size_t>(num_seqs), -1);
+  scratch.kt_jobs.clear();
+  if (d.qk_dim % kLanes != 0) return;
+  int64_t total = 0;
+  for (int64_t s = 0; s < num_seqs; ++s) {
+    if (seqs[s].num_tokens < kTransposeMinTokens) continue;
+    const int64_t chunks = (seqs[s].context_len + seqs[s].num_tokens + kChunk - 1) / kChunk;
+    const int64_t floats = d.num_kv_heads * chunks * d.qk_dim * kChunk;
+    if (total + floats > kMaxTransposedFloats) continue;
+    scratch.kt_at[static_cast<size_t>(s)] = total;
+    total += floats;
+    for (int64_t h = 0; h < d.num_kv_heads; ++h)
+      for (int64_t c = 0; c < chunks; ++c)
+        scratch.kt_jobs.push_back({static_cast<int32_t>(s), static_cast<int32_t>(h), static_cast<int32_t>(c)});
+  }
+  if (static_cast<int64_t>(scratch.kt.size()) < total) scratch.kt.resize(static_cast<size_t>(total));
+}
+
+// Where kv head h's transposed K of sequence s starts (nullptr: not transposed).
+inline float* transposed_k(AttentionScratch& scratch, const AttentionSeq& sq, int64_t s, int64_t h,
+                           const AttentionDims& d) {
+  const int64_t at = scratch.kt_at[static_cast<size_t>(s)];
+  if (at < 0) return nullptr;
+  const int64_t chunks = (sq.context_len + sq.num_tokens + kChunk - 1) / kChunk;
+  return scratch.kt.data() + at + h * chunks * d.qk_dim * kChunk;
+}
+#endif
+
 // Per-thread buffers of one work item.
 struct ItemScratch {
   float* scores;        // [rows][kChunk]
@@ -339,9 +424,10 @@ inline void for_each_row_span(int64_t rows, int64_t group, int64_t groups, int64
 // the group. Key positions go in chunks of kChunk fixed by position (never by page or batch):
 // scores, the online softmax and the weighted V rows of one chunk, so K, V and the scores of
 // a chunk are still in L1/L2 when reused. E: the K/V element (float, or uint16_t for bf16).
+// kt: the sequence's K of kv head kvh transposed ([chunk][qk_dim][kChunk], v3 and v4 prefill), or nullptr.
 template <typename E>
 void attend_block(const float* q, const KvSource& kv, const AttentionSeq& s, int64_t t0, int64_t nt, int64_t kvh,
-                  const AttentionDims& d, float* out, float* lse, const ItemScratch& w) {
+                  const AttentionDims& d, const float* kt, float* out, float* lse, const ItemScratch& w) {
   const int64_t groups = d.num_heads / d.num_kv_heads;
   const int64_t rows = nt * groups;
   // Causal: token t0 + j sees positions [0, len0 + j).
@@ -403,14 +489,26 @@ void attend_block(const float* q, const KvSource& kv, const AttentionSeq& s, int
     const int64_t end = std::min(hi, len_max - index * ps);
     if (paged && end > 0) prefetch_k_page<E>(kv, s, kvh, d, index, lo, end);
   };
-  prefetch_k(0, 0, ps);
-  prefetch_k(1, 0, ps);
+  if (!kt) {
+    prefetch_k(0, 0, ps);
+    prefetch_k(1, 0, ps);
+  }
   KvRun<E> runs[kChunk];
   for (int64_t c0 = 0; c0 < len_max; c0 += kChunk) {
     const int64_t c1 = std::min(c0 + kChunk, len_max);
     int64_t ks = 0, vs = 0;
     const int64_t nruns = kv_runs<E>(kv, s, kvh, d, c0, c1, runs, &ks, &vs);
-    for (int64_t k = 0; k < nruns; ++k) {
+    int64_t nruns_k = nruns;  // runs whose scores come from K rows as stored
+#if defined(ASTRAI_ISA_V3) || defined(ASTRAI_ISA_V4)
+    if (kt) {  // the V rows requested, the scores from the chunk's transposed K
+      const int64_t vbytes = d.v_dim * static_cast<int64_t>(sizeof(E));
+      for (int64_t k = 0; k < nruns; ++k)
+        if (paged) prefetch_bytes(runs[k].v, runs[k].n * vbytes);
+      qk_scores_transposed(qr, kt + c0 / kChunk * d.qk_dim * kChunk, kChunk, c1 - c0, d.scale, w.scores, kChunk);
+      nruns_k = 0;
+    }
+#endif
+    for (int64_t k = 0; k < nruns_k; ++k) {
       // In two halves, each after requesting its half of the K rows two pages ahead and of
       // this page's V rows.
       const KvRun<E>& run = runs[k];
@@ -458,8 +556,24 @@ void attention(const float* q, const KvSource& kv, const AttentionSeq* seqs, int
   const int64_t items = static_cast<int64_t>(scratch.blocks.size()) * d.num_kv_heads;
 
   const int64_t chunk = std::max<int64_t>(1, d.num_kv_heads / threads);
+#if defined(ASTRAI_ISA_V3) || defined(ASTRAI_ISA_V4)
+  plan_transposed_k(seqs, num_seqs, d, scratch);
+  const int64_t kt_jobs = static_cast<int64_t>(scratch.kt_jobs.size());
+#endif
 #pragma omp parallel
   {
+#if defined(ASTRAI_ISA_V3) || defined(ASTRAI_ISA_V4)
+#pragma omp for schedule(static)
+    for (int64_t j = 0; j < kt_jobs; ++j) {
+      const AttentionScratch::KtJob& job = scratch.kt_jobs[static_cast<size_t>(j)];
+      const AttentionSeq& sq = seqs[job.seq];
+      float* kt = transposed_k(scratch, sq, job.seq, job.head, d) + job.chunk * d.qk_dim * kChunk;
+      const int64_t c0 = int64_t{job.chunk} * kChunk;
+      const int64_t c1 = std::min(c0 + kChunk, int64_t{sq.context_len} + sq.num_tokens);
+      if (kv.bf16) transpose_k_chunk<uint16_t>(kv, sq, job.head, d, c0, c1, kt);
+      else transpose_k_chunk<float>(kv, sq, job.head, d, c0, c1, kt);
+    }
+#endif
     float* base = scratch.buf.data() + per_thread * omp_get_thread_num();
     const ItemScratch w{base,
                         base + rows * kChunk,
@@ -477,10 +591,14 @@ void attention(const float* q, const KvSource& kv, const AttentionSeq* seqs, int
 #pragma omp for schedule(static, chunk)
     for (int64_t item = 0; item < items; ++item) {
       const AttentionScratch::Block& b = scratch.blocks[static_cast<size_t>(item / d.num_kv_heads)];
-      if (kv.bf16)
-        attend_block<uint16_t>(q, kv, seqs[b.seq], b.token, b.count, item % d.num_kv_heads, d, out, lse, w);
-      else
-        attend_block<float>(q, kv, seqs[b.seq], b.token, b.count, item % d.num_kv_heads, d, out, lse, w);
+      const int64_t h = item % d.num_kv_heads;
+#if defined(ASTRAI_ISA_V3) || defined(ASTRAI_ISA_V4)
+      const float* kt = transposed_k(scratch, seqs[b.seq], b.seq, h, d);
+#else
+      const float* kt = nullptr;
+#endif
+      if (kv.bf16) attend_block<uint16_t>(q, kv, seqs[b.seq], b.token, b.count, h, d, kt, out, lse, w);
+      else attend_block<float>(q, kv, seqs[b.seq], b.token, b.count, h, d, kt, out, lse, w);
     }
   }
 }

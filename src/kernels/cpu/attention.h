@@ -56,6 +56,15 @@ struct AttentionScratch {
   std::vector<float> buf;
   std::vector<const float*> qrows;  // per thread: the query rows of its work item
   std::vector<Block> blocks;
+  // Prefill on v3 and v4: each long enough sequence's K transposed once per call, [kv head][chunk of 64
+  // positions][qk dim][64] f32 at kt_at[seq] in kt (-1: not transposed); kt_jobs lists the
+  // (sequence, kv head, chunk) transpositions of the call.
+  struct KtJob {
+    int32_t seq, head, chunk;
+  };
+  std::vector<float> kt;
+  std::vector<int64_t> kt_at;
+  std::vector<KtJob> kt_jobs;
 };
 
 // q [T, num_heads, qk_dim], out [T, num_heads, v_dim]. Rows of tokens not covered by a

@@ -4,7 +4,8 @@
 // times the scale. Tiles of R query rows x NK keys share each load; the shape is per level:
 //   v4: up to 3 rows x 8 keys (24 zmm accumulators), the 8 sums of a row reduced together;
 //   v3: dims a multiple of 16: 3 or 2 rows x 4 keys or 1 row x 8 keys, a part (8 lanes) at a
-//     time (12 or 8 ymm accumulators), 8 sums reduced together; other dims as neon;
+//     time (12 or 8 ymm accumulators), 8 sums reduced together; other dims as neon; prefill:
+//     3 rows x 16 keys of K transposed, keys across the lanes (qk_tile_transposed);
 //   neon: 2 rows x 2 keys or 1 row x 4 keys (16 q accumulators);
 //   generic: one score at a time.
 #pragma once
@@ -136,6 +137,106 @@ inline void qk_tile_halves(const float* const* q, const E* const* k, int64_t dim
     for (int64_t c = 0; c < nk; ++c) s[r][c] = out[r * NK + c];
 }
 
+#endif
+
+#if defined(ASTRAI_ISA_V3) || defined(ASTRAI_ISA_V4)
+// Prefill, dim a multiple of 16: scores against a chunk of keys transposed once per call
+// (kt[d * ldk + c] = key c's dim d, f32; attention.cc), R rows x 16 * NKV keys a tile with the
+// keys across the lanes, so no score needs a horizontal sum. Score (r, c)'s lane partial sum
+// i (dims i, i + 16, ...) is one FMA chain in lane c of an accumulator, as in the lane-major
+// tiles; lanes i and i + 8 are added as each pair of chains ends and parked in L1, then the
+// tree's other steps (i + i+4, i + i+2, i + i+1) are plain vertical adds: the same operations
+// as vsum, 16 scores at once. 3 rows x 16 keys on v3 (12 ymm accumulators, 2 K vectors and a
+// broadcast: 15 ymm), x 32 keys on v4 (12 zmm accumulators; 4 or 6 rows measured no faster).
+#if defined(ASTRAI_ISA_V4)
+constexpr int kQkTransposedVecs = 2;
+#else
+constexpr int kQkTransposedVecs = 1;
+#endif
+constexpr int64_t kQkTransposedKeys = 16 * kQkTransposedVecs;
+
+// T: dim / 16 when known at compile time (4 and 8: q/k dims 64 and 128, the loops unrolled), else 0.
+template <int R, int T>
+inline void qk_tile_transposed(const float* const* q, const float* kt, int64_t ldk, int64_t dim_rt, float scale,
+                               float* const* s) {
+  constexpr int NV = kQkTransposedVecs;
+  const int64_t dim = T > 0 ? 16 * T : dim_rt;
+  alignas(64) float parked[8][R][NV][16];
+  for (int i = 0; i < 8; ++i) {
+    Vec16 lo[R][NV], hi[R][NV];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 2
+      for (int c = 0; c < NV; ++c) lo[r][c] = hi[r][c] = vzero();
+#pragma GCC unroll 8
+    for (int64_t d = i; d < dim; d += kLanes) {
+#pragma GCC unroll 2
+      for (int half = 0; half < 2; ++half) {  // dims d (lane i) and d + 8 (lane i + 8)
+        Vec16 k[NV];
+#pragma GCC unroll 2
+        for (int c = 0; c < NV; ++c) {
+          k[c] = vload(kt + (d + 8 * half) * ldk + 16 * c);
+          pin(k[c]);  // one load for the R rows' FMAs
+        }
+#pragma GCC unroll 4
+        for (int r = 0; r < R; ++r) {
+          const Vec16 b(q[r][d + 8 * half]);
+#pragma GCC unroll 2
+          for (int c = 0; c < NV; ++c) {
+            Vec16& acc = half == 0 ? lo[r][c] : hi[r][c];
+            acc = vfma(b, k[c], acc);
+          }
+        }
+      }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 2
+      for (int c = 0; c < NV; ++c) vstore(parked[i][r][c], lo[r][c] + hi[r][c]);
+  }
+  const Vec16 sv(scale);
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 2
+    for (int c = 0; c < NV; ++c) {
+      Vec16 t[4];
+#pragma GCC unroll 4
+      for (int i = 0; i < 4; ++i) t[i] = vload(parked[i][r][c]) + vload(parked[i + 4][r][c]);
+      vstore(s[r] + 16 * c, ((t[0] + t[2]) + (t[1] + t[3])) * sv);
+    }
+}
+
+template <int T>
+inline void qk_tile_transposed_rows(int64_t nr, const float* const* q, const float* kt, int64_t ldk, int64_t dim,
+                                    float scale, float* const* o) {
+  if (nr == 3) qk_tile_transposed<3, T>(q, kt, ldk, dim, scale, o);
+  else if (nr == 2) qk_tile_transposed<2, T>(q, kt, ldk, dim, scale, o);
+  else qk_tile_transposed<1, T>(q, kt, ldk, dim, scale, o);
+}
+
+// Scores of every query row against the first n (<= ldk, a multiple of kQkTransposedKeys)
+// keys of a transposed chunk: s[r * ld + c] for c < n rounded up to kQkTransposedKeys (the
+// chunk is zero past its keys).
+inline void qk_scores_transposed(const QueryRows& qr, const float* kt, int64_t ldk, int64_t n, float scale, float* s,
+                                 int64_t ld) {
+  constexpr int64_t step = 3;
+  for (int64_t r0 = 0; r0 < qr.count; r0 += step) {
+    const int64_t nr = std::min<int64_t>(step, qr.count - r0);
+    const float* q[step];
+    float* out[step];
+    for (int64_t i = 0; i < step; ++i) {
+      q[i] = qr.rows[r0 + std::min(i, nr - 1)];
+      out[i] = s + (r0 + std::min(i, nr - 1)) * ld;
+    }
+    for (int64_t c0 = 0; c0 < n; c0 += kQkTransposedKeys) {
+      float* o[step];
+      for (int64_t i = 0; i < step; ++i) o[i] = out[i] + c0;
+      if (qr.dim == 64) qk_tile_transposed_rows<4>(nr, q, kt + c0, ldk, qr.dim, scale, o);
+      else if (qr.dim == 128) qk_tile_transposed_rows<8>(nr, q, kt + c0, ldk, qr.dim, scale, o);
+      else qk_tile_transposed_rows<0>(nr, q, kt + c0, ldk, qr.dim, scale, o);
+    }
+  }
+}
 #endif
 
 // The n keys at kr (ks apart) in blocks of NK: tile(k, nk, o) with the block's NK key rows (a
