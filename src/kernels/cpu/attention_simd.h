@@ -175,8 +175,9 @@ inline void qk_tile_transposed(const float* const* q, const float* kt, int64_t l
         Vec16 k[NV];
 #pragma GCC unroll 2
         for (int c = 0; c < NV; ++c) {
-          k[c] = vload(kt + (d + 8 * half) * ldk + 16 * c);
-          pin(k[c]);  // one load for the R rows' FMAs
+          Vec16 kc = vload(kt + (d + 8 * half) * ldk + 16 * c);
+          pin(kc);  // one load for the R rows' FMAs
+          k[c] = kc;
         }
 #pragma GCC unroll 4
         for (int r = 0; r < R; ++r) {
