@@ -300,5 +300,58 @@ INSTANTIATE_TEST_SUITE_P(PageSizesAndHeads, AttentionPaged,
                                   "_len" + std::to_string(c.len) + (c.ramp > 0 ? "_ramp" : "");
                          });
 
+// Several sequences in one call give each one the bits it gets alone: prefills long enough to
+// have their K transposed once per call (v3/v4; each at its own offset of the call's copy), one
+// below that length and a decode, over disjoint shuffled pages, f32 and bf16 K/V.
+TEST(AttentionBatch, SequencesTogetherEqualEachAlone) {
+  const AttentionDims d{12, 4, 64, 64, 0.125f};
+  const int64_t ps = 16, kvw = d.num_kv_heads * d.qk_dim;  // q/k dim == v dim: one row width for K and V
+  struct Case {
+    int64_t len, ctx;
+  };
+  const std::vector<Case> cases = {{150, 61}, {40, 0}, {77, 76}, {33, 20}, {70, 10}};
+  std::vector<std::vector<int32_t>> tables;
+  int64_t pages = 0;
+  for (const Case& c : cases) {
+    std::vector<int32_t> t(static_cast<size_t>((c.len + ps - 1) / ps));
+    std::iota(t.begin(), t.end(), static_cast<int32_t>(pages));
+    pages += static_cast<int64_t>(t.size());
+    tables.push_back(std::move(t));
+  }
+  std::vector<int32_t> order(static_cast<size_t>(pages));  // every page id to a shuffled place
+  std::iota(order.begin(), order.end(), 0);
+  std::shuffle(order.begin(), order.end(), std::mt19937(3));
+  for (auto& t : tables)
+    for (auto& p : t) p = order[static_cast<size_t>(p)];
+  const auto k = randn(pages * ps * kvw, 30), v = randn(pages * ps * kvw, 31);
+  std::vector<uint16_t> kh(k.size()), vh(v.size());
+  for (size_t i = 0; i < k.size(); ++i) kh[i] = f32_to_bf16(k[i]), vh[i] = f32_to_bf16(v[i]);
+  std::vector<AttentionSeq> seqs;
+  int64_t rows = 0;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const int64_t n = cases[i].len - cases[i].ctx;
+    seqs.push_back({static_cast<int32_t>(rows), static_cast<int32_t>(n), static_cast<int32_t>(cases[i].ctx),
+                    tables[i].data()});
+    rows += n;
+  }
+  const auto q = randn(rows * d.num_heads * d.qk_dim, 32);
+  const int64_t qw = d.num_heads * d.qk_dim, ow = d.num_heads * d.v_dim;
+  for (bool bf16 : {false, true}) {
+    const KvSource kv = bf16 ? KvSource{kh.data(), vh.data(), static_cast<int32_t>(ps), true}
+                             : KvSource{k.data(), v.data(), static_cast<int32_t>(ps), false};
+    AttentionScratch scratch;
+    std::vector<float> together(rows * ow);
+    attention(q.data(), kv, seqs.data(), static_cast<int64_t>(seqs.size()), d, together.data(), scratch);
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      AttentionSeq alone = seqs[i];
+      alone.token_begin = 0;
+      std::vector<float> out(alone.num_tokens * ow);
+      attention(q.data() + seqs[i].token_begin * qw, kv, &alone, 1, d, out.data(), scratch);
+      EXPECT_EQ(std::memcmp(out.data(), together.data() + seqs[i].token_begin * ow, out.size() * sizeof(float)), 0)
+          << "sequence " << i << (bf16 ? ", bf16" : ", f32");
+    }
+  }
+}
+
 }  // namespace
 }  // namespace astrai::kernels
