@@ -24,9 +24,11 @@ using namespace astrai;
 constexpr const char* kUsage =
     "usage: attention_bench [--tokens 512,4096] [--heads 12] [--kv-heads 4] [--dim 64]\n"
     "                       [--kv-dtype f32|bf16] [--decode-batch 32] [--ctx 576] [--threads N]\n"
-    "                       [--page-size 16]\n"
+    "                       [--page-size 16] [--prefix 0]\n"
     "                       [--quick] [--cpu-time]\n"
     "  --tokens        prefill lengths, comma-separated (default 512,4096)\n"
+    "  --prefix        prefill: positions already cached before the prompt (a prefix-cache\n"
+    "                  hit, a chat's earlier turns; default 0)\n"
     "  --decode-batch  sequences of the decode run (default 32; 0 skips it)\n"
     "  --ctx           decode: cached positions per sequence (default 576)\n"
     "  --page-size     K/V slots per page (default 16, the engine's)\n"
@@ -74,19 +76,20 @@ struct PagedKv {
 
 double rate(double flops, double seconds) { return flops / seconds / 1e9; }
 
-void prefill(const AttnShape& s, int64_t tokens, double t_min, double blas) {
-  PagedKv kv(s, 1, tokens);
+void prefill(const AttnShape& s, int64_t tokens, int64_t prefix, double t_min, double blas) {
+  PagedKv kv(s, 1, prefix + tokens);
   const kernels::AttentionDims d{s.heads, s.kv_heads, s.dim, s.dim, 1.0f / std::sqrt(static_cast<float>(s.dim))};
   std::vector<float> q = bench::random_floats(static_cast<size_t>(tokens * s.heads * s.dim), 13);
   std::vector<float> out(q.size());
-  const kernels::AttentionSeq seq{0, static_cast<int32_t>(tokens), 0, kv.tables[0].data()};
+  const kernels::AttentionSeq seq{0, static_cast<int32_t>(tokens), static_cast<int32_t>(prefix), kv.tables[0].data()};
   kernels::AttentionScratch scratch;
   const double sec = bench::best_seconds(
       [&] { kernels::attention(q.data(), kv.source, &seq, 1, d, out.data(), scratch, nullptr); }, t_min);
-  const double pairs = 0.5 * static_cast<double>(tokens) * static_cast<double>(tokens + 1);
+  const double pairs = static_cast<double>(tokens) * (static_cast<double>(prefix) + 0.5 * static_cast<double>(tokens + 1));
   const double flops = 4.0 * pairs * static_cast<double>(s.heads * s.dim);
-  std::printf("prefill %5lld tokens: %8.3f ms per layer  %6.1f GFLOP/s  (%3.0f%% of SGEMM)\n",
-              static_cast<long long>(tokens), sec * 1e3, rate(flops, sec), 100 * rate(flops, sec) / blas);
+  const std::string after = prefix > 0 ? " after " + std::to_string(prefix) + " cached" : "";
+  std::printf("prefill %5lld tokens%s: %8.3f ms per layer  %6.1f GFLOP/s  (%3.0f%% of SGEMM)\n",
+              static_cast<long long>(tokens), after.c_str(), sec * 1e3, rate(flops, sec), 100 * rate(flops, sec) / blas);
 }
 
 void decode(const AttnShape& s, int64_t batch, int64_t ctx, double t_min, double blas) {
@@ -126,7 +129,7 @@ int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   AttnShape s;
   std::vector<int64_t> tokens = {512, 4096};
-  int64_t batch = 32, ctx = 576;
+  int64_t batch = 32, ctx = 576, prefix = 0;
   int threads = 2;
   bool quick = false;
   for (int i = 1; i < argc; ++i) {
@@ -149,6 +152,8 @@ int main(int argc, char** argv) {
       batch = std::atoll(argv[++i]);
     } else if (a == "--page-size" && has) {
       kPage = std::atoi(argv[++i]);
+    } else if (a == "--prefix" && has) {
+      prefix = std::atoll(argv[++i]);
     } else if (a == "--ctx" && has) {
       ctx = std::atoll(argv[++i]);
     } else if (a == "--threads" && has) {
@@ -162,7 +167,7 @@ int main(int argc, char** argv) {
     }
   }
   if (s.heads <= 0 || s.kv_heads <= 0 || s.heads % s.kv_heads != 0 || s.dim <= 0 || threads <= 0 || ctx < 0 ||
-      batch < 0) {
+      batch < 0 || prefix < 0) {
     std::fprintf(stderr, "attention_bench: heads must be a positive multiple of kv heads; dims, threads positive\n");
     return 2;
   }
@@ -174,7 +179,7 @@ int main(int argc, char** argv) {
   const double blas = astrai::bench::sgemm_gflops(512, 768, 768, t_min);
   std::printf("BLAS SGEMM 512 x 768 x 768: %.1f GFLOP/s\n", blas);
   for (int64_t t : tokens) {
-    if (t > 0) prefill(s, t, t_min, blas);
+    if (t > 0) prefill(s, t, prefix, t_min, blas);
   }
   if (batch > 0) {
     // Decode reads each (sequence, kv head)'s K and V pages from scattered places: the machine's
