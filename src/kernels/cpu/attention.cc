@@ -298,6 +298,7 @@ inline void prefetch_k_page(const KvSource& kv, const AttentionSeq& s, int64_t k
 // multiple of 16; the transposed copies of one call take at most kMaxTransposedFloats (64 MiB;
 // sequences past it keep the lane-major tiles, which give the same bits).
 constexpr int64_t kTransposeMinTokens = 16;
+static_assert(kChunk % kQkTransposedKeys == 0, "a transposed chunk is whole score tiles");
 constexpr int64_t kMaxTransposedFloats = int64_t{16} << 20;
 
 inline __m256 widen8(const float* p) { return _mm256_loadu_ps(p); }

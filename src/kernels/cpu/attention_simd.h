@@ -3,6 +3,7 @@
 // partial sums by fused multiply-adds over dim, the tail zero-padded, the fixed tree), then
 // times the scale. Tiles of R query rows x NK keys share each load; the shape is per level:
 //   v4: up to 3 rows x 8 keys (24 zmm accumulators), the 8 sums of a row reduced together;
+//     prefill: 3 rows x 32 keys of K transposed, keys across the lanes (qk_tile_transposed);
 //   v3: dims a multiple of 16: 3 or 2 rows x 4 keys or 1 row x 8 keys, a part (8 lanes) at a
 //     time (12 or 8 ymm accumulators), 8 sums reduced together; other dims as neon; prefill:
 //     3 rows x 16 keys of K transposed, keys across the lanes (qk_tile_transposed);
@@ -215,9 +216,9 @@ inline void qk_tile_transposed_rows(int64_t nr, const float* const* q, const flo
   else qk_tile_transposed<1, T>(q, kt, ldk, dim, scale, o);
 }
 
-// Scores of every query row against the first n (<= ldk, a multiple of kQkTransposedKeys)
-// keys of a transposed chunk: s[r * ld + c] for c < n rounded up to kQkTransposedKeys (the
-// chunk is zero past its keys).
+// Scores of every query row against the first n (<= ldk) keys of a transposed chunk:
+// s[r * ld + c] for c < n rounded up to a multiple of kQkTransposedKeys (the chunk is zero past
+// its keys; ld and ldk are multiples of it).
 inline void qk_scores_transposed(const QueryRows& qr, const float* kt, int64_t ldk, int64_t n, float scale, float* s,
                                  int64_t ld) {
   constexpr int64_t step = 3;
