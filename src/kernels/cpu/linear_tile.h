@@ -43,16 +43,18 @@ constexpr int64_t kKb = 1024;
 static_assert(kKb % kQKBlock == 0, "a K block holds whole k-quant super-blocks");
 // The many-rows order of linear() (matmul.cc, W packed per block) and linear_bf16_dot (W in
 // place): W rows in blocks of kBlockRows (v4: 128 x 1024 x 4 B = 512 KiB packed), under each the
-// rows of x in blocks of kRowBlock (their partial sums y[mb rows, kBlockRows cols] stay in L2
-// across the K blocks), under each the K blocks of kKb in order.
+// K blocks of kKb in order, under each the rows of x in blocks of kRowBlock. So a W block is
+// packed once per K block whatever M is (with the rows of x outside the K blocks it was packed,
+// read from memory, once per kRowBlock rows: 3 times at 512 rows, 11 at 2048); the partial
+// sums y[rows, kBlockRows cols] are reread once per K block, where there are several.
 constexpr int64_t kBlockRows = 16 * kGroup;
 constexpr int64_t kRowBlock = 192;  // a multiple of 2 and 3 (the row tiles)
 // fn(nb0, nb1, mb0, mb1, k0, kc) for W rows [r0, r1), m rows of x and K = kk in that order.
 template <typename Fn>
 inline void for_each_block(int64_t r0, int64_t r1, int64_t m, int64_t kk, Fn&& fn) {
   for (int64_t nb0 = r0; nb0 < r1; nb0 += kBlockRows)
-    for (int64_t mb0 = 0; mb0 < m; mb0 += kRowBlock)
-      for (int64_t k0 = 0; k0 < kk; k0 += kKb)
+    for (int64_t k0 = 0; k0 < kk; k0 += kKb)
+      for (int64_t mb0 = 0; mb0 < m; mb0 += kRowBlock)
         fn(nb0, std::min(r1, nb0 + kBlockRows), mb0, std::min(m, mb0 + kRowBlock), k0, std::min(kKb, kk - k0));
 }
 constexpr int64_t kPassK = 256;  // K per pass of one part (levels with several parts)
