@@ -455,7 +455,7 @@ TEST_P(IsaIdentity, AttentionPrefillPagedDecodeGqaMla) {
       {{2, 1, 40, 160, 0.15f}, 66, 60, 8},     // v 160: dims in several chunks; MQA
       {{3, 3, 16, 16, 0.25f}, 9, 0, 4},        // tiny heads
       {{6, 2, 48, 72, 0.2f}, 45, 30, 16},      // GQA 3, v 72: an odd count of 8-dim parts (v3)
-      // Chunked prefill of 16+ tokens over a cached context (v3: K transposed per call): a
+      // Chunked prefill of 16+ tokens over a cached context (v3, v4: K transposed per call): a
       // last chunk of 8 keys, and a page size that splits the 8-key transpose blocks.
       {{12, 4, 64, 64, 0.125f}, 200, 131, 16},
       {{8, 2, 32, 48, 0.2f}, 93, 70, 5},

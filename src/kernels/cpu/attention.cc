@@ -301,29 +301,10 @@ constexpr int64_t kTransposeMinTokens = 16;
 static_assert(kChunk % kQkTransposedKeys == 0, "a transposed chunk is whole score tiles");
 constexpr int64_t kMaxTransposedFloats = int64_t{16} << 20;
 
-inline __m256 widen8(const float* p) { return _mm256_loadu_ps(p); }
-inline __m256 widen8(const uint16_t* p) {
-  return _mm256_castsi256_ps(
-      _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16));
-}
-
-// In-register transpose of 8 x 8 floats: x[j] lane i <- x[i] lane j.
-inline void transpose8(__m256* x) {
-  __m256 t[8], u[8];
-  for (int j = 0; j < 8; j += 2) {
-    t[j] = _mm256_unpacklo_ps(x[j], x[j + 1]);
-    t[j + 1] = _mm256_unpackhi_ps(x[j], x[j + 1]);
-  }
-  for (int j = 0; j < 8; j += 4) {
-    u[j] = _mm256_shuffle_ps(t[j], t[j + 2], _MM_SHUFFLE(1, 0, 1, 0));
-    u[j + 1] = _mm256_shuffle_ps(t[j], t[j + 2], _MM_SHUFFLE(3, 2, 3, 2));
-    u[j + 2] = _mm256_shuffle_ps(t[j + 1], t[j + 3], _MM_SHUFFLE(1, 0, 1, 0));
-    u[j + 3] = _mm256_shuffle_ps(t[j + 1], t[j + 3], _MM_SHUFFLE(3, 2, 3, 2));
-  }
-  for (int j = 0; j < 4; ++j) {
-    x[j] = _mm256_permute2f128_ps(u[j], u[j + 4], 0x20);
-    x[j + 4] = _mm256_permute2f128_ps(u[j], u[j + 4], 0x31);
-  }
+// 8 elements of a K row as f32 bits.
+inline __m256i widen8(const float* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+inline __m256i widen8(const uint16_t* p) {
+  return _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16);
 }
 
 // The K rows of positions [c0, c1) (one chunk) of kv head h into kt[d * kChunk + c - c0],
@@ -340,10 +321,10 @@ void transpose_k_chunk(const KvSource& kv, const AttentionSeq& s, int64_t h, con
     for (int64_t i = 0; i < runs[k].n; ++i) rows[n++] = runs[k].k + i * ks;
   for (int64_t c = 0; c < kChunk; c += 8)
     for (int64_t d0 = 0; d0 < d.qk_dim; d0 += 8) {
-      __m256 x[8];
-      for (int64_t j = 0; j < 8; ++j) x[j] = c + j < n ? widen8(rows[c + j] + d0) : _mm256_setzero_ps();
-      transpose8(x);
-      for (int64_t j = 0; j < 8; ++j) _mm256_storeu_ps(kt + (d0 + j) * kChunk + c, x[j]);
+      __m256i x[8], t[8];
+      for (int64_t j = 0; j < 8; ++j) x[j] = c + j < n ? widen8(rows[c + j] + d0) : _mm256_setzero_si256();
+      transpose8x8_epi32(x, t);
+      for (int64_t j = 0; j < 8; ++j) _mm256_storeu_si256(reinterpret_cast<__m256i*>(kt + (d0 + j) * kChunk + c), t[j]);
     }
 }
 
@@ -490,6 +471,28 @@ void attend_block(const float* q, const KvSource& kv, const AttentionSeq& s, int
     const int64_t end = std::min(hi, len_max - index * ps);
     if (paged && end > 0) prefetch_k_page<E>(kv, s, kvh, d, index, lo, end);
   };
+  const int64_t vbytes = d.v_dim * static_cast<int64_t>(sizeof(E));
+  // The scores of chunk [c0, ...) from its K rows as stored, run by run: in two halves, each
+  // after requesting its half of the K rows two pages ahead and of this page's V rows.
+  const auto scores_by_runs = [&](int64_t c0, const KvRun<E>* runs, int64_t nruns, int64_t ks, int64_t vs) {
+    for (int64_t k = 0; k < nruns; ++k) {
+      const KvRun<E>& run = runs[k];
+      const int64_t h = run.n / 2;
+      prefetch_k(run.page + 2, 0, ps / 2);
+      if (paged) prefetch_bytes(run.v, h * vbytes);
+      qk_scores(qr, run.k, ks, run.p0 - c0, h, d.scale, w.scores, kChunk);
+      prefetch_k(run.page + 2, ps / 2, ps);
+      if (paged) prefetch_bytes(run.v + h * vs, (run.n - h) * vbytes);
+      qk_scores(qr, run.k + h * ks, ks, run.p0 + h - c0, run.n - h, d.scale, w.scores, kChunk);
+    }
+  };
+#if defined(ASTRAI_ISA_V3) || defined(ASTRAI_ISA_V4)
+  // The scores of chunk [c0, c1) from its transposed K, the chunk's V rows requested first.
+  const auto scores_transposed = [&](int64_t c0, int64_t c1, const KvRun<E>* runs, int64_t nruns) {
+    for (int64_t k = 0; k < nruns && paged; ++k) prefetch_bytes(runs[k].v, runs[k].n * vbytes);
+    qk_scores_transposed(qr, kt + c0 / kChunk * d.qk_dim * kChunk, kChunk, c1 - c0, d.scale, w.scores, kChunk);
+  };
+#endif
   if (!kt) {
     prefetch_k(0, 0, ps);
     prefetch_k(1, 0, ps);
@@ -499,29 +502,11 @@ void attend_block(const float* q, const KvSource& kv, const AttentionSeq& s, int
     const int64_t c1 = std::min(c0 + kChunk, len_max);
     int64_t ks = 0, vs = 0;
     const int64_t nruns = kv_runs<E>(kv, s, kvh, d, c0, c1, runs, &ks, &vs);
-    int64_t nruns_k = nruns;  // runs whose scores come from K rows as stored
 #if defined(ASTRAI_ISA_V3) || defined(ASTRAI_ISA_V4)
-    if (kt) {  // the V rows requested, the scores from the chunk's transposed K
-      const int64_t vbytes = d.v_dim * static_cast<int64_t>(sizeof(E));
-      for (int64_t k = 0; k < nruns; ++k)
-        if (paged) prefetch_bytes(runs[k].v, runs[k].n * vbytes);
-      qk_scores_transposed(qr, kt + c0 / kChunk * d.qk_dim * kChunk, kChunk, c1 - c0, d.scale, w.scores, kChunk);
-      nruns_k = 0;
-    }
+    if (kt) scores_transposed(c0, c1, runs, nruns);
+    else
 #endif
-    for (int64_t k = 0; k < nruns_k; ++k) {
-      // In two halves, each after requesting its half of the K rows two pages ahead and of
-      // this page's V rows.
-      const KvRun<E>& run = runs[k];
-      const int64_t h = run.n / 2;
-      const int64_t vbytes = d.v_dim * static_cast<int64_t>(sizeof(E));
-      prefetch_k(run.page + 2, 0, ps / 2);
-      if (paged) prefetch_bytes(run.v, h * vbytes);
-      qk_scores(qr, run.k, ks, run.p0 - c0, h, d.scale, w.scores, kChunk);
-      prefetch_k(run.page + 2, ps / 2, ps);
-      if (paged) prefetch_bytes(run.v + h * vs, (run.n - h) * vbytes);
-      qk_scores(qr, run.k + h * ks, ks, run.p0 + h - c0, run.n - h, d.scale, w.scores, kChunk);
-    }
+      scores_by_runs(c0, runs, nruns, ks, vs);
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t n = std::min(c1, len0 + r / groups) - c0;  // a prefill block's first rows may end before c0
       if (n > 0) online_softmax(w.scores + r * kChunk, n, w.max[r], w.sum[r], w.acc + r * w.acc_stride, w.acc_stride);

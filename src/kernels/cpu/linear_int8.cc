@@ -281,26 +281,6 @@ inline __m256i add_scaled(__m256i acc, __m256i u, __m256i s, __m256i sc) {
 constexpr int64_t kStepBytes = 32;                  // 8 outputs x 4 weights
 constexpr int64_t kBlockSteps = kQBlock / 4;        // steps per block of 32
 
-// The 8 x 8 dwords of v[0..8) transposed: out[s] dword n = v[n] dword s.
-inline void transpose8x8_epi32(const __m256i* v, __m256i* out) {
-  __m256i t[8], u[8];
-  for (int i = 0; i < 8; i += 2) {
-    t[i] = _mm256_unpacklo_epi32(v[i], v[i + 1]);
-    t[i + 1] = _mm256_unpackhi_epi32(v[i], v[i + 1]);
-  }
-  for (int i = 0; i < 8; i += 4)
-    for (int h = 0; h < 2; ++h) {
-      u[i + h] = _mm256_unpacklo_epi64(t[i + h], t[i + 2 + h]);
-      u[i + 2 + h] = _mm256_unpackhi_epi64(t[i + h], t[i + 2 + h]);
-    }
-  // u[0]: dwords 0 of v0..v3 | dwords 4; u[2]: dwords 1; u[1]: dwords 2; u[3]: dwords 3 (same for u[4..7]).
-  const int order[4] = {0, 2, 1, 3};
-  for (int q = 0; q < 4; ++q) {
-    out[q] = _mm256_permute2x128_si256(u[order[q]], u[4 + order[q]], 0x20);
-    out[4 + q] = _mm256_permute2x128_si256(u[order[q]], u[4 + order[q]], 0x31);
-  }
-}
-
 // The 8 x 32 bytes of v[0..8) (8 W rows' quants, 4 per step) as 8 steps at out: step q holds
 // dword q of every row (v3's and v4's ymm tiles). Pairs: as 4 pairs of steps instead, pair p
 // (64 bytes at out + 64 p) holding qword p of every row, so that one zmm vpdpbusd covers two

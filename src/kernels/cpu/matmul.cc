@@ -219,15 +219,11 @@ void linear_invariant(const float* x, int64_t m, const WeightView& w, const floa
       const bool in_l1 = group_in_l1();
       thread_local std::vector<float> packed;
       if (r0 < r1) packed.resize(static_cast<size_t>(kBlockRows * kKb));
-      // Each (W block, K block) is packed once, for all the row blocks under it: packing per
-      // row block read W from memory again each time (v3, 512 rows, one thread: 22% of the time).
-      int64_t packed_nb0 = -1, packed_k0 = -1;
+      // Each (W block, K block) is packed once, before the first of the row blocks under it
+      // (for_each_block's order); packing per row block read W from memory again each time.
       for_each_block(r0, r1, m, kk, [&](int64_t nb0, int64_t nb1, int64_t mb0, int64_t mb1, int64_t k0, int64_t kc) {
         const bool first = k0 == 0, last = k0 + kc == kk;
-        if (nb0 != packed_nb0 || k0 != packed_k0) {
-          pack_block<T>(wb + nb0 * row_bytes<T>(kk), kk, nb1 - nb0, k0, kc, packed.data());
-          packed_nb0 = nb0, packed_k0 = k0;
-        }
+        if (mb0 == 0) pack_block<T>(wb + nb0 * row_bytes<T>(kk), kk, nb1 - nb0, k0, kc, packed.data());
         const int64_t steps = (kc + 15) / 16;
         // The tiles of mr rows from row i against group j.
         const auto group_tiles = [&](int64_t i, int64_t mr, int64_t j) {

@@ -563,6 +563,29 @@ inline void prefetch_l2(const void* p) {
 #endif
 }
 
+#if defined(ASTRAI_ISA_V4) || defined(ASTRAI_ISA_V3)
+// The 8 x 8 dwords of v[0..8) transposed: out[s] dword n = v[n] dword s (ymm, on v3 and v4:
+// linear_int8's interleaved steps, attention's transposed K).
+inline void transpose8x8_epi32(const __m256i* v, __m256i* out) {
+  __m256i t[8], u[8];
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = _mm256_unpacklo_epi32(v[i], v[i + 1]);
+    t[i + 1] = _mm256_unpackhi_epi32(v[i], v[i + 1]);
+  }
+  for (int i = 0; i < 8; i += 4)
+    for (int h = 0; h < 2; ++h) {
+      u[i + h] = _mm256_unpacklo_epi64(t[i + h], t[i + 2 + h]);
+      u[i + 2 + h] = _mm256_unpackhi_epi64(t[i + h], t[i + 2 + h]);
+    }
+  // u[0]: dwords 0 of v0..v3 | dwords 4; u[2]: dwords 1; u[1]: dwords 2; u[3]: dwords 3 (same for u[4..7]).
+  const int order[4] = {0, 2, 1, 3};
+  for (int q = 0; q < 4; ++q) {
+    out[q] = _mm256_permute2x128_si256(u[order[q]], u[4 + order[q]], 0x20);
+    out[4 + q] = _mm256_permute2x128_si256(u[order[q]], u[4 + order[q]], 0x31);
+  }
+}
+#endif
+
 // Loads and stores of up to 16 lanes at p: whole when n >= 16, else the first n (tails).
 inline Vec16 vload_n(const float* p, int64_t n) { return n >= kLanes ? vload(p) : vload(p, n); }
 inline void vstore_n(float* p, Vec16 a, int64_t n) {
