@@ -51,7 +51,7 @@ struct PagedKv {
   PagedKv(const AttnShape& s, int64_t seqs, int64_t len) {
     const int64_t pages_per = (len + kPage - 1) / kPage, pages = seqs * pages_per;
     const size_t n = static_cast<size_t>(pages * s.kv_heads * kPage * s.dim);
-    const std::vector<float> k32 = bench::random_floats(n, 11), v32 = bench::random_floats(n, 12);
+    const bench::Floats k32 = bench::random_floats(n, 11), v32 = bench::random_floats(n, 12);
     std::vector<int32_t> order(static_cast<size_t>(pages));
     for (int64_t i = 0; i < pages; ++i) order[static_cast<size_t>(i)] = static_cast<int32_t>(i);
     std::shuffle(order.begin(), order.end(), std::mt19937(7));
@@ -79,8 +79,8 @@ double rate(double flops, double seconds) { return flops / seconds / 1e9; }
 void prefill(const AttnShape& s, int64_t tokens, int64_t prefix, double t_min, double blas) {
   PagedKv kv(s, 1, prefix + tokens);
   const kernels::AttentionDims d{s.heads, s.kv_heads, s.dim, s.dim, 1.0f / std::sqrt(static_cast<float>(s.dim))};
-  std::vector<float> q = bench::random_floats(static_cast<size_t>(tokens * s.heads * s.dim), 13);
-  std::vector<float> out(q.size());
+  bench::Floats q = bench::random_floats(static_cast<size_t>(tokens * s.heads * s.dim), 13);
+  bench::Floats out(q.size());
   const kernels::AttentionSeq seq{0, static_cast<int32_t>(tokens), static_cast<int32_t>(prefix), kv.tables[0].data()};
   kernels::AttentionScratch scratch;
   const double sec = bench::best_seconds(
@@ -95,8 +95,8 @@ void prefill(const AttnShape& s, int64_t tokens, int64_t prefix, double t_min, d
 void decode(const AttnShape& s, int64_t batch, int64_t ctx, double t_min, double blas) {
   PagedKv kv(s, batch, ctx + 1);
   const kernels::AttentionDims d{s.heads, s.kv_heads, s.dim, s.dim, 1.0f / std::sqrt(static_cast<float>(s.dim))};
-  std::vector<float> q = bench::random_floats(static_cast<size_t>(batch * s.heads * s.dim), 14);
-  std::vector<float> out(q.size());
+  bench::Floats q = bench::random_floats(static_cast<size_t>(batch * s.heads * s.dim), 14);
+  bench::Floats out(q.size());
   std::vector<kernels::AttentionSeq> seqs;
   for (int64_t b = 0; b < batch; ++b)
     seqs.push_back({static_cast<int32_t>(b), 1, static_cast<int32_t>(ctx), kv.tables[static_cast<size_t>(b)].data()});

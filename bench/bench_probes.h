@@ -17,6 +17,7 @@
 #include <fstream>
 #include <string>
 #include <memory>
+#include <new>
 #include <random>
 #include <vector>
 
@@ -85,10 +86,31 @@ Buffer<T> alloc(size_t count) {
   return Buffer<T>(static_cast<T*>(std::aligned_alloc(4096, bytes)));
 }
 
-inline std::vector<float> random_floats(size_t n, uint32_t seed, float scale = 1.0f) {
+// An allocator of 64-byte-aligned storage. The model's activations are on cache lines
+// (backend buffers, tensors); a std::vector's large buffer starts 16 bytes past a page, which
+// splits every other 32-byte load across two lines and made the linear kernel measure 10-15%
+// slower in the first of two identical gemm_bench runs (2026-12-07).
+template <typename T>
+struct CacheLineAllocator {
+  using value_type = T;
+  CacheLineAllocator() = default;
+  template <typename U>
+  CacheLineAllocator(const CacheLineAllocator<U>&) {}
+  T* allocate(size_t n) {
+    void* p = std::aligned_alloc(64, (std::max<size_t>(n * sizeof(T), 1) + 63) / 64 * 64);
+    if (!p) throw std::bad_alloc();
+    return static_cast<T*>(p);
+  }
+  void deallocate(T* p, size_t) { std::free(p); }
+  template <typename U>
+  bool operator==(const CacheLineAllocator<U>&) const { return true; }
+};
+using Floats = std::vector<float, CacheLineAllocator<float>>;
+
+inline Floats random_floats(size_t n, uint32_t seed, float scale = 1.0f) {
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> dist(-scale, scale);
-  std::vector<float> v(n);
+  Floats v(n);
   for (auto& f : v) f = dist(rng);
   return v;
 }
@@ -201,7 +223,7 @@ inline std::string load_average() {
 // GFLOP/s of OpenBLAS y[M, N] = x[M, K] · W[N, K]^T with the current thread count.
 inline double sgemm_gflops(int64_t m, int64_t n, int64_t k, double min_seconds = 0.3) {
   const auto x = random_floats(static_cast<size_t>(m * k), 1), w = random_floats(static_cast<size_t>(n * k), 2);
-  std::vector<float> y(static_cast<size_t>(m * n));
+  Floats y(static_cast<size_t>(m * n));
   const double s = best_seconds(
       [&] {
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(m), static_cast<int>(n),
@@ -237,7 +259,7 @@ class Blis {
   double sgemm_gflops(int64_t m, int64_t n, int64_t k, int threads, double min_seconds = 0.3) const {
     set_threads_(threads);
     const auto x = random_floats(static_cast<size_t>(m * k), 1), w = random_floats(static_cast<size_t>(n * k), 2);
-    std::vector<float> y(static_cast<size_t>(m * n));
+    Floats y(static_cast<size_t>(m * n));
     const double s = best_seconds(
         [&] {
           sgemm_(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k),

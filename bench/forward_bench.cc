@@ -89,7 +89,7 @@ std::pair<double, double> gemm_seconds(const std::vector<std::pair<int64_t, Gemm
     blas += g.count * fl / (bench::sgemm_gflops(m, g.n, g.k, t_min) * 1e9);
     const auto x = bench::random_floats(static_cast<size_t>(m * g.k), 7);
     const auto w = bench::random_floats(static_cast<size_t>(g.n * g.k), 8, 0.05f);
-    std::vector<float> y(static_cast<size_t>(m * g.n));
+    bench::Floats y(static_cast<size_t>(m * g.n));
     const kernels::WeightView view{w.data(), DType::kF32, g.n, g.k};
     ours += g.count * bench::best_seconds([&] { kernels::linear(x.data(), m, view, nullptr, y.data()); }, t_min);
   }

@@ -23,7 +23,7 @@ using namespace astrai;
 
 namespace {
 
-std::vector<uint16_t> to_half(const std::vector<float>& v, DType t) {
+std::vector<uint16_t> to_half(const bench::Floats& v, DType t) {
   std::vector<uint16_t> h(v.size());
   for (size_t i = 0; i < v.size(); ++i) h[i] = t == DType::kBF16 ? f32_to_bf16(v[i]) : f32_to_f16(v[i]);
   return h;
@@ -48,7 +48,7 @@ double linear_seconds(int64_t m, int64_t n, int64_t k, DType dtype, double min_s
   const size_t bytes = dtype_bytes(dtype, n * k);
   bench::Buffer<uint8_t> aligned = bench::alloc<uint8_t>(bytes);
   std::memcpy(aligned.get(), data, bytes);
-  std::vector<float> y(static_cast<size_t>(m * n));
+  bench::Floats y(static_cast<size_t>(m * n));
   const kernels::WeightView view{aligned.get(), dtype, n, k};
   return bench::best_seconds([&] { kernels::linear(x.data(), m, view, nullptr, y.data()); }, min_seconds);
 }
@@ -56,12 +56,13 @@ double linear_seconds(int64_t m, int64_t n, int64_t k, DType dtype, double min_s
 }  // namespace
 
 constexpr const char* kUsage =
-    "usage: gemm_bench [--quick] [--m M] [--gemv-only] [--gemv-shape N,K] [--quant-only] [--cpu-time]\n"
+    "usage: gemm_bench [--quick] [--m M] [--shape M,N,K] [--gemv-only] [--gemv-shape N,K] [--quant-only] [--cpu-time]\n"
     "  --quick     shorter timing runs\n"
     "  --gemv-only only the copy probe and the decode GEMV table\n"
     "  --gemv-shape N,K  the decode GEMV table's weight shape (default 24576,2048)\n"
     "  --quant-only only the copy probe and the quantized prefill GEMM table\n"
     "  --m M       the GEMM table at M rows (decode batches) on the 100M model's shapes\n"
+    "  --shape M,N,K  only the float GEMM table, on this shape (repeatable)\n"
     "  --cpu-time  time by process CPU time / threads, for a busy machine (run with\n"
     "              OMP_WAIT_POLICY=passive; see bench/bench_probes.h)\n";
 
@@ -71,6 +72,8 @@ int main(int argc, char** argv) {
   bool quick = false, gemv_only = false, quant_only = false;
   int64_t batch_m = 0;  // --m M: the GEMM table at M rows (decode batches) on the 100M model's shapes
   int64_t gemv_n = 24576, gemv_k = 2048;
+  struct Shape { int64_t m, n, k; };
+  std::vector<Shape> only_shapes;  // --shape M,N,K
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--help" || a == "-h") {
@@ -82,6 +85,10 @@ int main(int argc, char** argv) {
       batch_m = std::atoll(argv[++i]);
     } else if (a == "--gemv-shape" && i + 1 < argc &&
                std::sscanf(argv[i + 1], "%ld,%ld", &gemv_n, &gemv_k) == 2 && gemv_n > 0 && gemv_k > 0) {
+      ++i;
+    } else if (Shape sh{}; a == "--shape" && i + 1 < argc &&
+               std::sscanf(argv[i + 1], "%ld,%ld,%ld", &sh.m, &sh.n, &sh.k) == 3 && sh.m > 0 && sh.n > 0 && sh.k > 0) {
+      only_shapes.push_back(sh);
       ++i;
     } else if (a == "--gemv-only") {
       gemv_only = true;
@@ -118,7 +125,6 @@ int main(int argc, char** argv) {
     std::printf("(bf16: the bf16-dot mode, %s: bf16-rounded activations; ASTRAI_BF16_DOT=0 for exact widening)\n",
                 astrai::kernels::bf16_dot_name());
   if (!blis.available()) std::printf("(BLIS not installed: apt-get install libblis-openmp-dev to compare)\n");
-  struct Shape { int64_t m, n, k; };
   std::vector<Shape> shapes = {{512, 768, 768},   {512, 2048, 768}, {512, 768, 2048},
                                {512, 2304, 768},  {4096, 768, 768}, {4096, 2048, 768},
                                {4096, 768, 2048}, {512, 32000, 768}};
@@ -126,6 +132,7 @@ int main(int argc, char** argv) {
   if (batch_m > 0)  // q/k/v, o, gate+up, down and the LM head of the bench decode model
     shapes = {{batch_m, 1280, 768}, {batch_m, 768, 768}, {batch_m, 4096, 768}, {batch_m, 768, 2048},
               {batch_m, 32000, 768}};
+  if (!only_shapes.empty()) shapes = only_shapes;
   std::printf("%5s %6s %6s %3s | %8s %8s %8s %8s | %6s %6s\n", "M", "N", "K", "thr", "openblas", "blis", "f32", "bf16",
               "f32/openblas", "f32/peak");
   if (gemv_only || quant_only) shapes.clear();
@@ -143,6 +150,7 @@ int main(int argc, char** argv) {
     }
   }
 
+  if (!only_shapes.empty()) return 0;  // --shape: the float GEMM table only
   if (!gemv_only) {
     // The 100M model's gate/up and down projections at 512 rows (prefill), gate/up at 8 and 32
     // (decode batches), q8 activations.
@@ -202,7 +210,7 @@ int main(int argc, char** argv) {
       const int64_t n = 24576, k = 2048;
       const auto x = bench::random_floats(static_cast<size_t>(k), 5);
       const auto w = bench::random_floats(static_cast<size_t>(n * k), 6);
-      std::vector<float> y(static_cast<size_t>(n));
+      bench::Floats y(static_cast<size_t>(n));
       const double s = bench::best_seconds([&] {
         cblas_sgemv(CblasRowMajor, CblasNoTrans, static_cast<int>(n), static_cast<int>(k), 1.0f, w.data(),
                     static_cast<int>(k), x.data(), 1, 0.0f, y.data(), 1);
