@@ -96,11 +96,12 @@ void pv_runs(const float* const* p, int64_t c0, const KvRun<E>* runs, int64_t nr
       pv_key<NV, R, E>(pr, 0, vr, last_n, odds);
       i = 1;
     }
-    for (; i + 1 < n; i += 2) {
-      pv_key<NV, R, E>(pr, i, vr + i * stride, last_n, even);
-      pv_key<NV, R, E>(pr, i + 1, vr + (i + 1) * stride, last_n, odds);
+    const E* v = vr + i * stride;  // advanced by a pointer, as in pv_runs_parts
+    for (; i + 1 < n; i += 2, v += 2 * stride) {
+      pv_key<NV, R, E>(pr, i, v, last_n, even);
+      pv_key<NV, R, E>(pr, i + 1, v + stride, last_n, odds);
     }
-    if (i < n) pv_key<NV, R, E>(pr, i, vr + i * stride, last_n, even);
+    if (i < n) pv_key<NV, R, E>(pr, i, v, last_n, even);
   }
 #pragma GCC unroll 3
   for (int r = 0; r < R; ++r)
@@ -191,11 +192,14 @@ void pv_runs_parts(const float* const* p, int64_t c0, const KvRun<E>* runs, int6
       pv_key_parts<P, R, E>(pr, 0, vr, odds);
       i = 1;
     }
-    for (; i + 1 < n; i += 2) {
-      pv_key_parts<P, R, E>(pr, i, vr + i * stride, even);
-      pv_key_parts<P, R, E>(pr, i + 1, vr + (i + 1) * stride, odds);
+    // The V row advances by a pointer (GCC turned vr + i * stride into an imul and a lea per
+    // pair of keys).
+    const E* v = vr + i * stride;
+    for (; i + 1 < n; i += 2, v += 2 * stride) {
+      pv_key_parts<P, R, E>(pr, i, v, even);
+      pv_key_parts<P, R, E>(pr, i + 1, v + stride, odds);
     }
-    if (i < n) pv_key_parts<P, R, E>(pr, i, vr + i * stride, even);
+    if (i < n) pv_key_parts<P, R, E>(pr, i, v, even);
   }
 #pragma GCC unroll 3
   for (int r = 0; r < R; ++r)

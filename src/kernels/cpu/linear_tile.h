@@ -407,10 +407,11 @@ void tile_packed(const float* x, int64_t ldx, const float* wp, int64_t kc, int n
   Vec16 acc[MR][NR];
   zero_tile(acc);
   const int64_t kfull = kc & ~int64_t{15};
-  tile_steps<MR, NR>(x, ldx, kfull, [&](int c, int64_t k, int h) { return pload(wp + (k / 16 * kGroup + c) * 16, h); },
-                     acc);
+  // Step k (a multiple of 16) of row c is at wp + k * kGroup + c * 16: written so, not as
+  // (k / 16 * kGroup + c) * 16, GCC keeps one index instead of five integer ops per step.
+  tile_steps<MR, NR>(x, ldx, kfull, [&](int c, int64_t k, int h) { return pload(wp + k * kGroup + c * 16, h); }, acc);
   const int64_t k = kfull;
-  if (k < kc) tile_tail<MR, NR>(x, ldx, k, kc, [&](int c, int64_t) { return vload(wp + (k / 16 * kGroup + c) * 16); }, acc);
+  if (k < kc) tile_tail<MR, NR>(x, ldx, k, kc, [&](int c, int64_t) { return vload(wp + k * kGroup + c * 16); }, acc);
   tile_store<MR, NR>(acc, nr, y, ldy, first, bias);
 }
 
