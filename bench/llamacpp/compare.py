@@ -14,7 +14,9 @@ same thread count:
 Prints a Markdown table (tokens/s and our / llama.cpp ratios) and writes the raw results as JSON;
 with the parallel sequences, a second table says what 3x llama.cpp's 32-sequence rate asks of our
 step: its attention, its matrix products against the arithmetic peak (`astrai bench` measures it
-in the same run), and the best ratio with the products at that peak.
+in the same run), and the best ratio with the products at that peak. A third table does the same
+for the prompts against 1.2x llama.cpp's prompt rate, and a fourth sets one sequence's decode
+against memory: the bytes a step reads, each side's rate against the copy probe.
 
     bench/llamacpp/compare.py [--threads 2] [--formats f32,bf16,f16,q8_0,q4_0,q4_k,q4_k_m,q5_k,q6_k]
                               [--no-batched] [--bf16-dot] [--rounds N] [--out build/llamacpp/compare]
@@ -260,6 +262,13 @@ def best_of(rounds):
     for k in ("b32_step", "products_peak"):
         if k in top:
             best[k] = top[k]
+    for pp in ("pp512", "pp4096"):  # each prompt's breakdown from its fastest round
+        top = max(rounds, key=lambda r: r.get(pp, 0))
+        if f"{pp}_run" in top:
+            best[f"{pp}_run"] = top[f"{pp}_run"]
+    top = max(rounds, key=lambda r: r.get("b1_tg", 0))
+    if "b1_run" in top:  # the copy probe: the best of the rounds
+        best["b1_run"] = dict(top["b1_run"], copy_bw=max(r["b1_run"]["copy_bw"] for r in rounds if "b1_run" in r))
     if len(rounds) > 1:
         best["rounds"] = len(rounds)
     return best
@@ -268,19 +277,25 @@ def best_of(rounds):
 def our_side(astrai, model_dir, threads, batched, env=None):
     res = {}
     common = ["--model", model_dir, "--threads", str(threads), "--kv-dtype", "bf16", "--json"]
-    j = last_json(run([astrai, "bench", "prefill", "--prompt", "512", "--batches", "1", "--repeat", "3"] + common,
-                      env))
-    res["pp512"] = j["batches"][0]["tokens_per_s"]
-    res["kernels"], res["cpu"] = j["kernels"], j["cpu"]
-    res["bf16_dot"] = j.get("bf16_dot", "off")
-    j = last_json(run([astrai, "bench", "prefill", "--prompt", "4096", "--batches", "1", "--repeat", "3"] + common,
-                      env))
-    res["pp4096"] = j["batches"][0]["tokens_per_s"]
+    for prompt in (512, 4096):
+        j = last_json(run([astrai, "bench", "prefill", "--prompt", str(prompt), "--batches", "1", "--repeat", "3"]
+                          + common, env))
+        b = j["batches"][0]
+        res[f"pp{prompt}"] = b["tokens_per_s"]
+        res["kernels"], res["cpu"] = j["kernels"], j["cpu"]
+        res["bf16_dot"] = j.get("bf16_dot", "off")
+        if "products_ms" in b:  # where the prompt's time goes (prefill_limits())
+            res[f"pp{prompt}_run"] = {"seconds": b["seconds"], "products_ms": b["products_ms"],
+                                      "products_ops": b["products_ops"], "attention_ms": b["attention_ms"],
+                                      "products_peak": j.get("products_peak")}
     batches = "1,8,32" if batched else "1"
     j = last_json(run([astrai, "bench", "decode", "--prompt", "512", "--gen", "128", "--batches", batches] + common,
                       env))
     for b in j["batches"]:
         res[f"b{b['batch']}_tg"] = b["tokens_per_s"]
+        if b["batch"] == 1 and "bytes_per_s" in b:  # what one step streams (stream_limits())
+            res["b1_run"] = {"bytes_per_s": b["bytes_per_s"], "copy_bw": j["copy_bw"],
+                             "step_bytes": b["bytes_per_s"] / b["tokens_per_s"]}
         if b["batch"] == 32 and "products_ms" in b:  # where a 32-sequence step goes (limits())
             res["b32_step"] = {"step_ms": b["step_ms"], "products_ms": b["products_ms"],
                                "products_ops": b["products_ops"], "attention_ms": b["attention_ms"],
@@ -359,6 +374,50 @@ def limits(results):
     return "\n".join(lines) if len(lines) > 2 else ""
 
 
+def stream_limits(results):
+    """One sequence's decode against memory: the bytes a step reads (every weight and the
+    sequence's K/V: ours, the same file sizes on both sides but for llama-quantize's Q6_K
+    embedding in its Q4_0), each side's rate in GB/s and as a share of our copy probe (a parallel
+    memcpy, read + written bytes, measured by `astrai bench decode` in the same run), and the rate
+    1.2x llama.cpp's tokens/s would need."""
+    lines = ["| weights | bytes per step | llama.cpp: tok/s, GB/s (share of the probe) | ours | copy probe | "
+             "1.2x llama.cpp needs |", "|---|---|---|---|---|---|"]
+    for fmt, r in results.items():
+        run_, theirs = r.get("astrai", {}).get("b1_run"), r["llama.cpp"].get("b1_tg") or r["llama.cpp"].get("tg128")
+        ours = r.get("astrai", {}).get("b1_tg")
+        if not run_ or not theirs or not ours:
+            continue
+        mb, probe = run_["step_bytes"], run_["copy_bw"]
+        rate = lambda tps: f"{tps * mb / 1e9:.1f} GB/s ({100 * tps * mb / probe:.0f}%)"
+        lines.append(f"| {fmt} | {mb / 1e6:.0f} MB | {theirs:.1f}, {rate(theirs)} | {ours:.1f}, {rate(ours)} | "
+                     f"{probe / 1e9:.1f} GB/s | {rate(1.2 * theirs)} |")
+    return "\n".join(lines) if len(lines) > 2 else ""
+
+
+def prefill_limits(results):
+    """What 1.2x llama.cpp's prompt rate asks of our prefill, next to where its time goes: our
+    time for the prompt; its attention; its matrix products and their share of the arithmetic
+    peak measured in the same run; and the best ratio reachable with the products at 100% of that
+    peak and everything else as measured."""
+    lines = ["| weights | prompt | llama.cpp (tok/s) | 1.2x needs | our time | attention | matrix products (share of "
+             "the peak) | products at the peak | best ratio with products at the peak |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for fmt, r in results.items():
+        ours = r.get("astrai", {})
+        for pp in ("pp512", "pp4096"):
+            run_, theirs = ours.get(f"{pp}_run"), r["llama.cpp"].get(pp)
+            if not run_ or not theirs or not run_.get("products_peak"):
+                continue
+            tokens = int(pp[2:])
+            at_peak = run_["products_ops"] / run_["products_peak"] * 1e3
+            best_ms = run_["seconds"] * 1e3 - run_["products_ms"] + at_peak
+            share = run_["products_ops"] / (run_["products_ms"] / 1e3) / run_["products_peak"]
+            lines.append(f"| {fmt} | {tokens} | {theirs:.1f} | {tokens / (1.2 * theirs) * 1e3:.0f} ms | "
+                         f"{run_['seconds'] * 1e3:.0f} ms | {run_['attention_ms']:.0f} ms | {run_['products_ms']:.0f} ms "
+                         f"({100 * share:.0f}%) | {at_peak:.0f} ms | {tokens / (best_ms / 1e3) / theirs:.2f}x |")
+    return "\n".join(lines) if len(lines) > 2 else ""
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--threads", type=int, default=2)
@@ -389,6 +448,9 @@ def main():
         print(table(report["results"], batched))
         if batched and limits(report["results"]):
             print("\n" + limits(report["results"]))
+        for extra in (prefill_limits(report["results"]), stream_limits(report["results"])):
+            if extra:
+                print("\n" + extra)
         return
     missing = [f for f in LEVELS[a.level]["flags"] if f not in cpu_flags()]
     if missing:
@@ -455,6 +517,9 @@ def main():
     print(table(results, not a.no_batched))
     if not a.no_batched and limits(results):
         print("\n" + limits(results))
+    for extra in (prefill_limits(results), stream_limits(results)):
+        if extra:
+            print("\n" + extra)
 
 
 if __name__ == "__main__":

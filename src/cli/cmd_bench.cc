@@ -510,15 +510,19 @@ void run_prefill(const PrefillFlags& f) {
     std::printf("batch %2d x %d tokens: %8.1f prompt tok/s  (%.3f s; mean time to first token %.3f s; best of %d)\n", b,
                 f.prompt, tps, best.total_seconds, best.mean_ttft, f.repeat);
     // The run's forwards took b prompts through the layers and one row each through the LM head.
-    const double products_rate =
-        on_cpu ? Products::work(*m, best.run_profile, double(b) * f.prompt, double(b)).rate() : 0.0;
+    const Products::Work pw =
+        on_cpu ? Products::work(*m, best.run_profile, double(b) * f.prompt, double(b)) : Products::Work{};
+    const double products_rate = pw.rate();
+    const double attention_s = best.run_profile.seconds[static_cast<size_t>(model::ForwardOp::kAttention)];
     if (on_cpu) {
       products.refresh();
       std::printf("          matrix products: %s\n", products.describe(products_rate).c_str());
     }
     if (f.profile) std::printf("%s", best.run_profile.table().c_str());
     report["batches"].push_back({{"batch", b}, {"tokens_per_s", tps}, {"seconds", best.total_seconds},
-                                 {"mean_ttft", best.mean_ttft}, {"products_ops_per_s", products_rate}});
+                                 {"mean_ttft", best.mean_ttft}, {"products_ops_per_s", products_rate},
+                                 {"products_ops", pw.ops}, {"products_ms", pw.seconds * 1e3},
+                                 {"attention_ms", attention_s * 1e3}});
   }
   if (on_cpu) {  // the best of the probes, as every batch's share above was last reckoned against
     std::printf("arithmetic peak, best of the probes: %s\n", products.peak_line.c_str());
