@@ -4,7 +4,8 @@
 // unless told otherwise). Reports GFLOP/s (4 * key-query pairs * heads * dim) next to the BLAS
 // SGEMM rate measured in the same run, and for decode the K/V bytes read per second next to the
 // machine's rate for reads in shuffled pieces of a page, for the level in use (ASTRAI_CPU_ISA
-// chooses it).
+// chooses it). --train times the trainer's kernels on one document instead: the forward (with
+// the row log-sum-exp) and the backward (dq, dk, dv).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -16,6 +17,7 @@
 #include "base/huge_buffer.h"
 #include "bench_probes.h"
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/attention_backward.h"
 
 namespace {
 
@@ -24,7 +26,7 @@ using namespace astrai;
 constexpr const char* kUsage =
     "usage: attention_bench [--tokens 512,4096] [--heads 12] [--kv-heads 4] [--dim 64]\n"
     "                       [--kv-dtype f32|bf16] [--decode-batch 32] [--ctx 576] [--threads N]\n"
-    "                       [--page-size 16] [--prefix 0]\n"
+    "                       [--page-size 16] [--prefix 0] [--train 256,1024]\n"
     "                       [--quick] [--cpu-time]\n"
     "  --tokens        prefill lengths, comma-separated (default 512,4096)\n"
     "  --prefix        prefill: positions already cached before the prompt (a prefix-cache\n"
@@ -32,7 +34,9 @@ constexpr const char* kUsage =
     "  --decode-batch  sequences of the decode run (default 32; 0 skips it)\n"
     "  --ctx           decode: cached positions per sequence (default 576)\n"
     "  --page-size     K/V slots per page (default 16, the engine's)\n"
-    "  --threads N     OpenMP threads (default 2)\n";
+    "  --threads N     OpenMP threads (default 2)\n"
+    "  --train         training instead: forward and backward of one document of each length\n"
+    "                  (comma-separated), f32 q/k/v as the trainer keeps them\n";
 
 struct AttnShape {
   int64_t heads = 12, kv_heads = 4, dim = 64;
@@ -110,6 +114,28 @@ void decode(const AttnShape& s, int64_t batch, int64_t ctx, double t_min, double
               100 * rate(flops, sec) / blas, bytes / sec / 1e9);
 }
 
+// The trainer's attention over one document of `len` tokens: forward (out and the row
+// log-sum-exp) and backward, each timed on its own; GFLOP/s counts the forward's QK^T and PV
+// (4 * pairs * heads * dim) and the backward's five products per pair (10 * pairs * heads * dim).
+void train(const AttnShape& s, int64_t len, double t_min) {
+  const kernels::AttnShape d{s.heads, s.kv_heads, s.dim, s.dim, 1.0f / std::sqrt(static_cast<float>(s.dim))};
+  const std::vector<kernels::AttnSpan> spans = {{0, static_cast<int32_t>(len)}};
+  const auto q = bench::random_floats(static_cast<size_t>(len * s.heads * s.dim), 21);
+  const auto k = bench::random_floats(static_cast<size_t>(len * s.kv_heads * s.dim), 22);
+  const auto v = bench::random_floats(static_cast<size_t>(len * s.kv_heads * s.dim), 23);
+  const auto dout = bench::random_floats(q.size(), 24);
+  bench::Floats out(q.size()), lse(static_cast<size_t>(len * s.heads)), dq(q.size()), dk(k.size()), dv(v.size());
+  const double fwd = bench::best_seconds(
+      [&] { kernels::attention_forward_train(q.data(), k.data(), v.data(), spans, d, out.data(), lse.data()); }, t_min);
+  const double bwd = bench::best_seconds([&] {
+    kernels::attention_backward(dout.data(), q.data(), k.data(), v.data(), out.data(), lse.data(), spans, d, dq.data(),
+                                dk.data(), dv.data());
+  }, t_min);
+  const double pairs = 0.5 * static_cast<double>(len) * static_cast<double>(len + 1) * static_cast<double>(s.heads * s.dim);
+  std::printf("train %5lld tokens: forward %8.3f ms (%6.1f GFLOP/s), backward %8.3f ms (%6.1f GFLOP/s) per layer\n",
+              static_cast<long long>(len), fwd * 1e3, rate(4 * pairs, fwd), bwd * 1e3, rate(10 * pairs, bwd));
+}
+
 std::vector<int64_t> parse_list(const std::string& a) {
   std::vector<int64_t> v;
   size_t i = 0;
@@ -128,7 +154,7 @@ int main(int argc, char** argv) {
   astrai::kernels::reexec_for_blas_core(argv);
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   AttnShape s;
-  std::vector<int64_t> tokens = {512, 4096};
+  std::vector<int64_t> tokens = {512, 4096}, train_lens;
   int64_t batch = 32, ctx = 576, prefix = 0;
   int threads = 2;
   bool quick = false;
@@ -158,6 +184,8 @@ int main(int argc, char** argv) {
       ctx = std::atoll(argv[++i]);
     } else if (a == "--threads" && has) {
       threads = std::atoi(argv[++i]);
+    } else if (a == "--train" && has) {
+      train_lens = parse_list(argv[++i]);
     } else if (a == "--quick") {
       quick = true;
     } else if (a == "--cpu-time") {
@@ -178,6 +206,12 @@ int main(int argc, char** argv) {
               static_cast<long long>(s.kv_heads), static_cast<long long>(s.dim), s.bf16 ? "bf16" : "f32", kPage);
   const double blas = astrai::bench::sgemm_gflops(512, 768, 768, t_min);
   std::printf("BLAS SGEMM 512 x 768 x 768: %.1f GFLOP/s\n", blas);
+  if (!train_lens.empty()) {
+    for (int64_t t : train_lens) {
+      if (t > 0) train(s, t, t_min);
+    }
+    return 0;
+  }
   for (int64_t t : tokens) {
     if (t > 0) prefill(s, t, prefix, t_min, blas);
   }

@@ -1,12 +1,15 @@
 // Training throughput: our trainer vs PyTorch (Debian python3-torch) on the identical model
 // (same initial weights) and the identical batches, in the same run, plus the BLAS SGEMM
 // rate as the ceiling.
-//   train_bench [small|100m] [steps] [threads]
+//   train_bench [small|100m] [steps] [threads] [seq]
+// seq (default 128 small, 256 100m) sets the document length; the documents per update shrink
+// so that the tokens per update stay the same (at least one document).
 // Reports wall tokens/s and CPU seconds per update for both (CPU time is the fair measure on
 // a shared machine), and achieved GFLOP/s (6·N·T for the matrices + 6·L·T·S·D attention).
 #include <cblas.h>
 #include <time.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -55,6 +58,11 @@ int main(int argc, char** argv) {
   const std::string preset = argc > 1 ? argv[1] : "small";
   const int steps = argc > 2 ? std::atoi(argv[2]) : 5;
   const int threads = argc > 3 ? std::atoi(argv[3]) : 2;
+  const int64_t seq_arg = argc > 4 ? std::atoll(argv[4]) : 0;
+  if (steps < 2 || threads < 1 || seq_arg < 0) {
+    std::fprintf(stderr, "usage: train_bench [small|100m] [steps >= 2] [threads >= 1] [seq]\n");
+    return 2;
+  }
   set_num_threads(threads);
   Json cfg;
   int64_t batch = 16, seq = 128;
@@ -68,6 +76,11 @@ int main(int argc, char** argv) {
     cfg = {{"model_type", "llama"}, {"vocab_size", 4096}, {"hidden_size", 256}, {"intermediate_size", 688},
            {"num_hidden_layers", 4}, {"num_attention_heads", 4}, {"num_key_value_heads", 4},
            {"tie_word_embeddings", true}, {"max_position_embeddings", 512}};
+  }
+  if (seq_arg > 0) {  // the same tokens per update in documents of seq_arg tokens
+    batch = std::max<int64_t>(1, batch * seq / seq_arg);
+    seq = seq_arg;
+    cfg["max_position_embeddings"] = std::max<int64_t>(cfg["max_position_embeddings"].get<int64_t>(), seq + 1);
   }
   const model::ModelConfig arch = model::ModelConfig::from_json(cfg, preset);
   TrainModel model(arch);
