@@ -294,8 +294,7 @@ def our_side(astrai, model_dir, threads, batched, env=None):
     for b in j["batches"]:
         res[f"b{b['batch']}_tg"] = b["tokens_per_s"]
         if b["batch"] == 1 and "bytes_per_s" in b:  # what one step streams (stream_limits())
-            res["b1_run"] = {"bytes_per_s": b["bytes_per_s"], "copy_bw": j["copy_bw"],
-                             "step_bytes": b["bytes_per_s"] / b["tokens_per_s"]}
+            res["b1_run"] = {"copy_bw": j["copy_bw"], "step_bytes": b["bytes_per_s"] / b["tokens_per_s"]}
         if b["batch"] == 32 and "products_ms" in b:  # where a 32-sequence step goes (limits())
             res["b32_step"] = {"step_ms": b["step_ms"], "products_ms": b["products_ms"],
                                "products_ops": b["products_ops"], "attention_ms": b["attention_ms"],
@@ -419,6 +418,14 @@ def prefill_limits(results):
     return "\n".join(lines) if len(lines) > 2 else ""
 
 
+def print_tables(results, batched):
+    """The ratios, then each table of limits that the results have figures for."""
+    print(table(results, batched))
+    for extra in (limits(results) if batched else "", prefill_limits(results), stream_limits(results)):
+        if extra:
+            print("\n" + extra)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--threads", type=int, default=2)
@@ -446,12 +453,7 @@ def main():
         level = report.get("level", "native")
         level = "" if level == "native" else f", level {level} on both sides"
         print(f"{report['cpu']}, {report['threads']} threads{level}, {report['date']}\n")
-        print(table(report["results"], batched))
-        if batched and limits(report["results"]):
-            print("\n" + limits(report["results"]))
-        for extra in (prefill_limits(report["results"]), stream_limits(report["results"])):
-            if extra:
-                print("\n" + extra)
+        print_tables(report["results"], batched)
         return
     missing = [f for f in LEVELS[a.level]["flags"] if f not in cpu_flags()]
     if missing:
@@ -515,12 +517,7 @@ def main():
     level = "" if a.level == "native" else f", level {a.level} on both sides"
     print(f"{report['cpu']}, {a.threads} threads{level}, AstrAI kernels {kern}, quantized weights times {a.activations} "
           f"activations{rounds}, {report['date']}\n")
-    print(table(results, not a.no_batched))
-    if not a.no_batched and limits(results):
-        print("\n" + limits(results))
-    for extra in (prefill_limits(results), stream_limits(results)):
-        if extra:
-            print("\n" + extra)
+    print_tables(results, not a.no_batched)
 
 
 if __name__ == "__main__":

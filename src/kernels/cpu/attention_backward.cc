@@ -30,13 +30,6 @@ struct RowBlock {
   float* ds[kRows];
 };
 
-// One piece of n <= 16 floats: loaded with zeros past n, stored n at a time.
-inline Vec16 load_piece(const float* p, int64_t n) { return n == kLanes ? vload(p) : vload(p, n); }
-inline void store_piece(float* p, Vec16 v, int64_t n) {
-  if (n == kLanes) vstore(p, v);
-  else vstore(p, v, n);
-}
-
 // dq[b] = sum_j ds[b][j] k_j, dk_j += ds[b][j] q[b] and dv_j += p[b][j] dout[b] for every key
 // j of the block, the rows in increasing order under each j: per element the same products and
 // sums in the same order as one row at a time (j increasing for dq; rows, i.e. i, increasing
@@ -54,21 +47,21 @@ void accumulate(const RowBlock& rb, const float* k0, float* dk0, float* dv0, int
     float* dkj = dk0 + j * ks;
     float* dvj = dv0 + j * vs;
     for (int64_t d0 = 0; d0 < dqk; d0 += kLanes) {
-      const int64_t n = std::min<int64_t>(kLanes, dqk - d0);
-      const Vec16 kv = load_piece(kj + d0, n);
-      Vec16 dk = load_piece(dkj + d0, n);
+      const int64_t n = dqk - d0;  // the last piece may be short (vload_n / vstore_n)
+      const Vec16 kv = vload_n(kj + d0, n);
+      Vec16 dk = vload_n(dkj + d0, n);
       for (int64_t b = b0; b < rb.nb; ++b) {
         const Vec16 a(rb.ds[b][j]);
-        store_piece(rb.dq[b] + d0, load_piece(rb.dq[b] + d0, n) + a * kv, n);
-        dk = dk + a * load_piece(rb.q[b] + d0, n);
+        vstore_n(rb.dq[b] + d0, vload_n(rb.dq[b] + d0, n) + a * kv, n);
+        dk = dk + a * vload_n(rb.q[b] + d0, n);
       }
-      store_piece(dkj + d0, dk, n);
+      vstore_n(dkj + d0, dk, n);
     }
     for (int64_t d0 = 0; d0 < dv; d0 += kLanes) {
-      const int64_t n = std::min<int64_t>(kLanes, dv - d0);
-      Vec16 acc = load_piece(dvj + d0, n);
-      for (int64_t b = b0; b < rb.nb; ++b) acc = acc + Vec16(rb.p[b][j]) * load_piece(rb.dout[b] + d0, n);
-      store_piece(dvj + d0, acc, n);
+      const int64_t n = dv - d0;
+      Vec16 acc = vload_n(dvj + d0, n);
+      for (int64_t b = b0; b < rb.nb; ++b) acc = acc + Vec16(rb.p[b][j]) * vload_n(rb.dout[b] + d0, n);
+      vstore_n(dvj + d0, acc, n);
     }
   }
 }
@@ -87,8 +80,13 @@ void attention_backward(const float* dout, const float* q, const float* k, const
   const int64_t items = static_cast<int64_t>(spans.size()) * KV;
 #pragma omp parallel
   {
-    // Per block row: probabilities and score gradients for the keys it sees.
-    std::vector<float> p(static_cast<size_t>(kRows * max_len)), ds(static_cast<size_t>(kRows * max_len));
+    // Per block row: probabilities and score gradients for the keys it sees (kept by the
+    // thread from call to call, grown when a longer document comes).
+    thread_local std::vector<float> p, ds;
+    if (p.size() < static_cast<size_t>(kRows * max_len)) {
+      p.resize(static_cast<size_t>(kRows * max_len));
+      ds.resize(p.size());
+    }
 #pragma omp for schedule(dynamic, 1)
     for (int64_t item = 0; item < items; ++item) {
       const AttnSpan& sp = spans[item / KV];
