@@ -18,7 +18,8 @@
 // one group of W rows × kKb at a time, in L1, each widened once for all rows); for few rows
 // (decode, memory-bound; f32 up to 64 rows) W is read in place, converted inside the loop, a
 // group of rows at a time over the whole K so the prefetchers see that many sequential
-// streams, with the groups split over the threads.
+// streams, with the groups split over the threads (on v3, one f32 row of x reads W 4 rows at a
+// time instead, each over its whole K: gemv_f32_rows).
 #include "kernels/cpu/matmul.h"
 
 #include <cblas.h>
@@ -84,6 +85,7 @@ constexpr int64_t kL1PackM = 64;     // up to this many rows: f32 W in place, bf
 // GFLOP/s at M = 32 on two cores, cold weights). Other levels widen a group into L1 first (v3,
 // M = 32: +8% over in place).
 constexpr bool kF32BatchesInPlace = true;
+constexpr bool kF32DecodeInRows = false;  // the 8-row tiles (gemv_f32_rows: not faster here)
 // Many rows, the order of the work over a packed W block (only the order: the bits are the same):
 //   false: each 3-row tile of x over the whole block, re-reading W from L2 (1.5 flop per byte of
 //          W); best on AMD Zen 4/5 (93-96% of OpenBLAS on Zen 4);
@@ -96,6 +98,13 @@ bool group_in_l1() {
 }
 #else
 constexpr bool kF32BatchesInPlace = false;
+// Batch-1 f32 decode reads W 4 rows at a time (gemv_f32_rows) instead of through the group tiles:
+// measured faster on v3 (see gemv_f32_rows), not on v4; neon unmeasured, so it keeps the tiles.
+#if defined(ASTRAI_ISA_V3)
+constexpr bool kF32DecodeInRows = true;
+#else
+constexpr bool kF32DecodeInRows = false;
+#endif
 // Tiles of at most 3 x 4 (16 ymm / 32 q registers) would re-read a packed L2 block too often
 // (2/3 of a byte of W per flop): always the L1 order.
 bool group_in_l1() { return true; }
@@ -154,6 +163,41 @@ void in_place_group(int64_t mr, const float* x, int64_t ldx, const uint8_t* w, i
   }
 }
 
+// One row of x (decode) against f32 W read in place, kRows W rows at a time, each over its whole
+// K before the next: one sequential stream of W per thread. The same operations per output as
+// the tiles (one Vec16 accumulator per K block, the fixed tree, sequential block sums).
+// v3 only (kF32DecodeInRows). One decode step's products of the 100M model (hidden 512, 768,
+// 1024; cold f32 weights; the two ways alternating in one process; AMD EPYC Zen 5, 2 vCPUs):
+// v3 1.01-1.35x the 4-row tiles' GB/s (faster in 15-29 of every 20-30 rounds, never slower on
+// average; one thread 1.27x); v4 0.89-1.25x its 8-row tiles, depending on the host's memory
+// state, so v4 keeps them. 4 rows beat 1, 2, 3, 6 and 8. bf16 / f16 widened in such a loop
+// ran 20-30% below the tiles on both levels.
+template <int kRows>
+void gemv_f32_rows(const float* x, const float* w, int64_t kk, int64_t r0, int64_t r1, const float* bias, float* y) {
+  int64_t j = r0;
+  for (; j + kRows <= r1; j += kRows) {
+    const float* wj = w + j * kk;
+    float s[kRows];
+    for (int64_t k0 = 0; k0 < kk; k0 += kKb) {
+      const int64_t kc = std::min(kKb, kk - k0);
+      Vec16 acc[kRows];
+      for (int r = 0; r < kRows; ++r) acc[r] = vzero();
+      int64_t k = 0;
+      for (; k + 16 <= kc; k += 16) {
+        const Vec16 xv = vload(x + k0 + k);
+        for (int r = 0; r < kRows; ++r) acc[r] = vfma(xv, vload(wj + r * kk + k0 + k), acc[r]);
+      }
+      if (k < kc) {
+        const Vec16 xv = vload(x + k0 + k, kc - k);
+        for (int r = 0; r < kRows; ++r) acc[r] = vfma(xv, vload(wj + r * kk + k0 + k, kc - k), acc[r]);
+      }
+      for (int r = 0; r < kRows; ++r) s[r] = k0 == 0 ? vsum(acc[r]) : s[r] + vsum(acc[r]);
+    }
+    for (int r = 0; r < kRows; ++r) y[j + r] = bias ? s[r] + bias[j + r] : s[r];
+  }
+  if constexpr (kRows > 1) gemv_f32_rows<1>(x, w, kk, j, r1, bias, y);
+}
+
 template <DType T>
 void linear_invariant(const float* x, int64_t m, const WeightView& w, const float* bias, float* y) {
   const int64_t n = w.rows, kk = w.cols;
@@ -165,7 +209,9 @@ void linear_invariant(const float* x, int64_t m, const WeightView& w, const floa
     const int t = omp_get_thread_num(), nt = omp_get_num_threads();
     // A contiguous share of whole groups per thread (the partition never affects values).
     const int64_t r0 = std::min(n, groups * t / nt * kGroup), r1 = std::min(n, groups * (t + 1) / nt * kGroup);
-    if (!pack) {
+    if (T == DType::kF32 && m == 1 && kF32DecodeInRows) {
+      gemv_f32_rows<4>(x, static_cast<const float*>(w.data), kk, r0, r1, bias, y);
+    } else if (!pack) {
       const int64_t tiles = num_tiles(m);
       // Decode (and f32 decode batches): W read in place, a group of rows at a time over the
       // whole K; every row tile of x passes over each group x kKb block while it is in L1.
