@@ -168,10 +168,11 @@ void in_place_group(int64_t mr, const float* x, int64_t ldx, const uint8_t* w, i
 // the tiles (one Vec16 accumulator per K block, the fixed tree, sequential block sums).
 // v3 only (kF32DecodeInRows). One decode step's products of the 100M model (hidden 512, 768,
 // 1024; cold f32 weights; the two ways alternating in one process; AMD EPYC Zen 5, 2 vCPUs):
-// v3 1.01-1.35x the 4-row tiles' GB/s (faster in 15-29 of every 20-30 rounds, never slower on
-// average; one thread 1.27x); v4 0.89-1.25x its 8-row tiles, depending on the host's memory
-// state, so v4 keeps them. 4 rows beat 1, 2, 3, 6 and 8. bf16 / f16 widened in such a loop
-// ran 20-30% below the tiles on both levels.
+// v3 1.01-1.29x the 4-row tiles' GB/s (faster in 15-29 of every 20-30 rounds, never slower on
+// average; one thread 1.27x); v4 0.89-1.10x its 8-row tiles, depending on the host's memory
+// state, so v4 keeps them. 6 or 8 rows did about as well as 4, 1 and 3 less well, 2 rows worse
+// than the tiles. bf16 widened in such a loop (4 or 8 rows) ran 12-30% below the tiles on
+// both levels (docs/performance.md, "2026-12-07, night").
 template <int kRows>
 void gemv_f32_rows(const float* x, const float* w, int64_t kk, int64_t r0, int64_t r1, const float* bias, float* y) {
   int64_t j = r0;
