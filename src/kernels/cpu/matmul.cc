@@ -43,20 +43,33 @@ namespace {
 
 constexpr int64_t kBlasMinRows = 16;  // non-invariant mode: BLAS from this many rows
 
-#if defined(ASTRAI_ISA_GENERIC)
-
-// The contract, one output at a time: the reference every other level must equal.
-// x[0, kc) . W row `w` over [k0, k0 + kc).
-template <DType T>
-float block_dot(const float* x, const uint8_t* w, int64_t k0, int64_t kc) {
-  Vec16 acc = vzero();
-  int64_t k = 0;
-  for (; k + 16 <= kc; k += 16) acc = vfma(vload(x + k), load_w_at<T>(w, k0 + k), acc);
-  if constexpr (!kBlockType<T>) {  // rows of blocks have no tail
-    if (k < kc) acc = vfma(vload(x + k, kc - k), load_w<T>(w + (k0 + k) * kElemBytes<T>, kc - k), acc);
+// The contract for one row of x against kRows consecutive W rows (w: the first, rows
+// row_bytes<T>(kk) apart) over the whole K: s[r] = the block sums of x . W row r, before the
+// bias. The generic level computes every output this way (kRows = 1), the reference every other
+// level must equal; v3 reads batch-1 f32 W with kRows = 4 (gemv_f32_rows).
+template <int kRows, DType T>
+void dot_rows(const float* x, const uint8_t* w, int64_t kk, float* s) {
+  for (int64_t k0 = 0; k0 < kk; k0 += kKb) {
+    const int64_t kc = std::min(kKb, kk - k0);
+    Vec16 acc[kRows];
+    for (int r = 0; r < kRows; ++r) acc[r] = vzero();
+    int64_t k = 0;
+    for (; k + 16 <= kc; k += 16) {
+      const Vec16 xv = vload(x + k0 + k);
+      for (int r = 0; r < kRows; ++r) acc[r] = vfma(xv, load_w_at<T>(w + r * row_bytes<T>(kk), k0 + k), acc[r]);
+    }
+    if constexpr (!kBlockType<T>) {  // rows of blocks have no tail
+      if (k < kc) {
+        const Vec16 xv = vload(x + k0 + k, kc - k);
+        for (int r = 0; r < kRows; ++r)
+          acc[r] = vfma(xv, load_w<T>(w + r * row_bytes<T>(kk) + (k0 + k) * kElemBytes<T>, kc - k), acc[r]);
+      }
+    }
+    for (int r = 0; r < kRows; ++r) s[r] = k0 == 0 ? vsum(acc[r]) : s[r] + vsum(acc[r]);
   }
-  return vsum(acc);
 }
+
+#if defined(ASTRAI_ISA_GENERIC)
 
 template <DType T>
 void linear_invariant(const float* x, int64_t m, const WeightView& w, const float* bias, float* y) {
@@ -66,11 +79,8 @@ void linear_invariant(const float* x, int64_t m, const WeightView& w, const floa
   for (int64_t j = 0; j < n; ++j) {
     const uint8_t* wj = wb + j * row_bytes<T>(kk);
     for (int64_t i = 0; i < m; ++i) {
-      float s = 0.0f;
-      for (int64_t k0 = 0; k0 < kk; k0 += kKb) {
-        const float p = block_dot<T>(x + i * kk + k0, wj, k0, std::min(kKb, kk - k0));
-        s = k0 == 0 ? p : s + p;
-      }
+      float s;
+      dot_rows<1, T>(x + i * kk, wj, kk, &s);
       y[i * n + j] = bias ? s + bias[j] : s;
     }
   }
@@ -163,40 +173,24 @@ void in_place_group(int64_t mr, const float* x, int64_t ldx, const uint8_t* w, i
   }
 }
 
-// One row of x (decode) against f32 W read in place, kRows W rows at a time, each over its whole
-// K before the next: one sequential stream of W per thread. The same operations per output as
-// the tiles (one Vec16 accumulator per K block, the fixed tree, sequential block sums).
-// v3 only (kF32DecodeInRows). One decode step's products of the 100M model (hidden 512, 768,
-// 1024; cold f32 weights; the two ways alternating in one process; AMD EPYC Zen 5, 2 vCPUs):
-// v3 1.01-1.29x the 4-row tiles' GB/s (faster in 15-29 of every 20-30 rounds, never slower on
-// average; one thread 1.27x); v4 0.89-1.10x its 8-row tiles, depending on the host's memory
-// state, so v4 keeps them. 6 or 8 rows did about as well as 4, 1 and 3 less well, 2 rows worse
-// than the tiles. bf16 widened in such a loop (4 or 8 rows) ran 12-30% below the tiles on
-// both levels (docs/performance.md, "2026-12-07, night").
-template <int kRows>
-void gemv_f32_rows(const float* x, const float* w, int64_t kk, int64_t r0, int64_t r1, const float* bias, float* y) {
-  int64_t j = r0;
-  for (; j + kRows <= r1; j += kRows) {
-    const float* wj = w + j * kk;
-    float s[kRows];
-    for (int64_t k0 = 0; k0 < kk; k0 += kKb) {
-      const int64_t kc = std::min(kKb, kk - k0);
-      Vec16 acc[kRows];
-      for (int r = 0; r < kRows; ++r) acc[r] = vzero();
-      int64_t k = 0;
-      for (; k + 16 <= kc; k += 16) {
-        const Vec16 xv = vload(x + k0 + k);
-        for (int r = 0; r < kRows; ++r) acc[r] = vfma(xv, vload(wj + r * kk + k0 + k), acc[r]);
-      }
-      if (k < kc) {
-        const Vec16 xv = vload(x + k0 + k, kc - k);
-        for (int r = 0; r < kRows; ++r) acc[r] = vfma(xv, vload(wj + r * kk + k0 + k, kc - k), acc[r]);
-      }
-      for (int r = 0; r < kRows; ++r) s[r] = k0 == 0 ? vsum(acc[r]) : s[r] + vsum(acc[r]);
-    }
-    for (int r = 0; r < kRows; ++r) y[j + r] = bias ? s[r] + bias[j + r] : s[r];
+// One row of x (decode) against f32 W read in place, 4 W rows at a time (dot_rows), each over
+// its whole K before the next: one sequential stream of W per thread, the same operations per
+// output as the tiles. v3 only (kF32DecodeInRows). One decode step's products of the 100M model
+// (hidden 512, 768, 1024; cold f32 weights; the two ways alternating in one process; AMD EPYC
+// Zen 5, 2 vCPUs): v3 1.01-1.29x the 4-row tiles' GB/s (faster in 15-29 of every 20-30 rounds,
+// never slower on average; one thread 1.27x); v4 0.89-1.10x its 8-row tiles, depending on the
+// host's memory state, so v4 keeps them. 6 or 8 rows did about as well as 4, 1 and 3 less well,
+// 2 rows worse than the tiles. bf16 widened in such a loop (4 or 8 rows) ran 12-30% below the
+// tiles on both levels (docs/performance.md, "2026-12-07, night").
+void gemv_f32_rows(const float* x, const uint8_t* w, int64_t kk, int64_t r0, int64_t r1, const float* bias, float* y) {
+  constexpr int kRows = 4;
+  for (int64_t j = r0; j < r1;) {
+    const int rows = r1 - j >= kRows ? kRows : 1;  // the last rows of the share one at a time
+    if (rows == kRows) dot_rows<kRows, DType::kF32>(x, w + j * row_bytes<DType::kF32>(kk), kk, y + j);
+    else dot_rows<1, DType::kF32>(x, w + j * row_bytes<DType::kF32>(kk), kk, y + j);
+    for (int r = 0; r < rows && bias; ++r) y[j + r] += bias[j + r];
+    j += rows;
   }
-  if constexpr (kRows > 1) gemv_f32_rows<1>(x, w, kk, j, r1, bias, y);
 }
 
 template <DType T>
@@ -211,7 +205,7 @@ void linear_invariant(const float* x, int64_t m, const WeightView& w, const floa
     // A contiguous share of whole groups per thread (the partition never affects values).
     const int64_t r0 = std::min(n, groups * t / nt * kGroup), r1 = std::min(n, groups * (t + 1) / nt * kGroup);
     if (T == DType::kF32 && m == 1 && kF32DecodeInRows) {
-      gemv_f32_rows<4>(x, static_cast<const float*>(w.data), kk, r0, r1, bias, y);
+      gemv_f32_rows(x, wb, kk, r0, r1, bias, y);
     } else if (!pack) {
       const int64_t tiles = num_tiles(m);
       // Decode (and f32 decode batches): W read in place, a group of rows at a time over the
