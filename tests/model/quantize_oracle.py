@@ -313,6 +313,7 @@ def test_activations_option(q):
     """The activations mode: its default (q8 on x86-64, f32 on AArch64), --activations and
     ASTRAI_ACTIVATIONS as `astrai info` reports them, and bad values as clear errors."""
     saved = os.environ.pop("ASTRAI_ACTIVATIONS")
+    saved_vnni = os.environ.get("ASTRAI_CPU_VNNI")
     try:
         want = "q8" if platform.machine() in ("x86_64", "AMD64") else "f32"
         got = json.loads(of.run(["info", "--json"]).stdout)["cpu"]["activations"]
@@ -328,6 +329,7 @@ def test_activations_option(q):
               % r.stderr.strip()[-120:])
         # VNNI: what info reports per level, off with ASTRAI_CPU_VNNI=0, a bad value an error.
         os.environ["ASTRAI_ACTIVATIONS"] = "q8"
+        os.environ.pop("ASTRAI_CPU_VNNI", None)  # the default (on where the CPU has it), whatever the caller set
         for level in levels():
             got = json.loads(of.run(["--cpu-isa", level, "info", "--json"]).stdout)["cpu"]["vnni"]
             want = {"v3": "avx_vnni", "v4": "avx512_vnni"}.get(level, "") if level in VNNI_LEVELS else ""
@@ -342,6 +344,8 @@ def test_activations_option(q):
     finally:
         os.environ["ASTRAI_ACTIVATIONS"] = saved
         os.environ.pop("ASTRAI_CPU_VNNI", None)
+        if saved_vnni is not None:
+            os.environ["ASTRAI_CPU_VNNI"] = saved_vnni
 
 
 def test_errors(src, q, tmp):
