@@ -129,6 +129,7 @@ TEST_P(IsaIdentity, LinearEveryDtypeAndPath) {
       {1, 7, 5},      {1, 40, 2500},  {2, 13, 16},  {3, 96, 17},   {4, 50, 1024}, {5, 31, 1025},
       {8, 24, 300},   {9, 23, 100},   {16, 61, 48}, {33, 70, 129}, {64, 18, 200}, {65, 30, 150},
       {200, 140, 40}, {7, 130, 3000}, {1, 1, 1},    {3, 2, 33},    {150, 21, 2100},
+      {1, 45, 1100},  // decode by rows (gemv_rows): two threads' shares of 24 and 21 (odd) rows
   };
   for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
     for (const LinearShape& s : shapes) {

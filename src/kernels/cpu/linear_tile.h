@@ -13,8 +13,8 @@
 //        passes of kPassK, one part (8 lanes) at a time: only that part of each accumulator (up
 //        to 12 ymm), the x parts and one W part are in registers, the other part waits in
 //        memory. A 1-row tile (decode) holds all 8 in registers and streams W step by step
-//        (1 x 8 in passes: batch-1 decode 70-76 -> 83-86 tokens/s). f32 decode of one row
-//        skips the tiles on v3 (matmul.cc, gemv_f32_rows).
+//        (1 x 8 in passes: batch-1 decode 70-76 -> 83-86 tokens/s). Decode of one row with
+//        f32, bf16 or f16 W skips the tiles on v3 and v4 (matmul.cc, gemv_rows).
 //   neon (32 q, a Vec16 is four 4-lane parts): as v3.
 #pragma once
 

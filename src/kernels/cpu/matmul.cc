@@ -18,8 +18,8 @@
 // one group of W rows × kKb at a time, in L1, each widened once for all rows); for few rows
 // (decode, memory-bound; f32 up to 64 rows) W is read in place, converted inside the loop, a
 // group of rows at a time over the whole K so the prefetchers see that many sequential
-// streams, with the groups split over the threads (on v3, one f32 row of x reads W 4 rows at a
-// time instead, each over its whole K: gemv_f32_rows).
+// streams, with the groups split over the threads (on v3 and v4, one row of x against f32, bf16
+// or f16 W reads two far-apart rows at a time instead, each over its whole K: gemv_rows).
 #include "kernels/cpu/matmul.h"
 
 #include <cblas.h>
@@ -43,12 +43,12 @@ namespace {
 
 constexpr int64_t kBlasMinRows = 16;  // non-invariant mode: BLAS from this many rows
 
-// The contract for one row of x against kRows consecutive W rows (w: the first, rows
-// row_bytes<T>(kk) apart) over the whole K: s[r] = the block sums of x . W row r, before the
-// bias. The generic level computes every output this way (kRows = 1), the reference every other
-// level must equal; v3 reads batch-1 f32 W with kRows = 4 (gemv_f32_rows).
+// The contract for one row of x against kRows W rows (w: the first, the others `stride` bytes
+// apart) over the whole K: s[r] = the block sums of x . W row r, before the bias. The generic
+// level computes every output this way (kRows = 1), the reference every other level must equal;
+// v3 and v4 read batch-1 float W two rows at a time (gemv_rows).
 template <int kRows, DType T>
-void dot_rows(const float* x, const uint8_t* w, int64_t kk, float* s) {
+void dot_rows(const float* x, const uint8_t* w, int64_t stride, int64_t kk, float* s) {
   for (int64_t k0 = 0; k0 < kk; k0 += kKb) {
     const int64_t kc = std::min(kKb, kk - k0);
     Vec16 acc[kRows];
@@ -56,13 +56,13 @@ void dot_rows(const float* x, const uint8_t* w, int64_t kk, float* s) {
     int64_t k = 0;
     for (; k + 16 <= kc; k += 16) {
       const Vec16 xv = vload(x + k0 + k);
-      for (int r = 0; r < kRows; ++r) acc[r] = vfma(xv, load_w_at<T>(w + r * row_bytes<T>(kk), k0 + k), acc[r]);
+      for (int r = 0; r < kRows; ++r) acc[r] = vfma(xv, load_w_at<T>(w + r * stride, k0 + k), acc[r]);
     }
     if constexpr (!kBlockType<T>) {  // rows of blocks have no tail
       if (k < kc) {
         const Vec16 xv = vload(x + k0 + k, kc - k);
         for (int r = 0; r < kRows; ++r)
-          acc[r] = vfma(xv, load_w<T>(w + r * row_bytes<T>(kk) + (k0 + k) * kElemBytes<T>, kc - k), acc[r]);
+          acc[r] = vfma(xv, load_w<T>(w + r * stride + (k0 + k) * kElemBytes<T>, kc - k), acc[r]);
       }
     }
     for (int r = 0; r < kRows; ++r) s[r] = k0 == 0 ? vsum(acc[r]) : s[r] + vsum(acc[r]);
@@ -80,7 +80,7 @@ void linear_invariant(const float* x, int64_t m, const WeightView& w, const floa
     const uint8_t* wj = wb + j * row_bytes<T>(kk);
     for (int64_t i = 0; i < m; ++i) {
       float s;
-      dot_rows<1, T>(x + i * kk, wj, kk, &s);
+      dot_rows<1, T>(x + i * kk, wj, row_bytes<T>(kk), kk, &s);
       y[i * n + j] = bias ? s + bias[j] : s;
     }
   }
@@ -95,7 +95,6 @@ constexpr int64_t kL1PackM = 64;     // up to this many rows: f32 W in place, bf
 // GFLOP/s at M = 32 on two cores, cold weights). Other levels widen a group into L1 first (v3,
 // M = 32: +8% over in place).
 constexpr bool kF32BatchesInPlace = true;
-constexpr bool kF32DecodeInRows = false;  // the 8-row tiles (gemv_f32_rows: not faster here)
 // Many rows, the order of the work over a packed W block (only the order: the bits are the same):
 //   false: each 3-row tile of x over the whole block, re-reading W from L2 (1.5 flop per byte of
 //          W); best on AMD Zen 4/5 (93-96% of OpenBLAS on Zen 4);
@@ -108,16 +107,17 @@ bool group_in_l1() {
 }
 #else
 constexpr bool kF32BatchesInPlace = false;
-// Batch-1 f32 decode reads W 4 rows at a time (gemv_f32_rows) instead of through the group tiles:
-// measured faster on v3 (see gemv_f32_rows), not on v4; neon unmeasured, so it keeps the tiles.
-#if defined(ASTRAI_ISA_V3)
-constexpr bool kF32DecodeInRows = true;
-#else
-constexpr bool kF32DecodeInRows = false;
-#endif
 // Tiles of at most 3 x 4 (16 ymm / 32 q registers) would re-read a packed L2 block too often
 // (2/3 of a byte of W per flop): always the L1 order.
 bool group_in_l1() { return true; }
+#endif
+// Batch-1 decode with f32, bf16 or f16 W reads two far-apart W rows at a time (gemv_rows)
+// instead of through the group tiles: measured faster on v3 and v4; neon is unmeasured, so it
+// keeps the tiles.
+#if defined(ASTRAI_ISA_NEON)
+constexpr bool kDecodeInRows = false;
+#else
+constexpr bool kDecodeInRows = true;
 #endif
 constexpr int64_t kL1RowBlock = 64;  // rows of x per pass over a group in L1 (v3, 512 x 768 x 768: 48-64 best)
 
@@ -173,23 +173,32 @@ void in_place_group(int64_t mr, const float* x, int64_t ldx, const uint8_t* w, i
   }
 }
 
-// One row of x (decode) against f32 W read in place, 4 W rows at a time (dot_rows), each over
-// its whole K before the next: one sequential stream of W per thread, the same operations per
-// output as the tiles. v3 only (kF32DecodeInRows). One decode step's products of the 100M model
-// (hidden 512, 768, 1024; cold f32 weights; the two ways alternating in one process; AMD EPYC
-// Zen 5, 2 vCPUs): v3 1.01-1.29x the 4-row tiles' GB/s (faster in 15-29 of every 20-30 rounds,
-// never slower on average; one thread 1.27x); v4 0.89-1.10x its 8-row tiles, depending on the
-// host's memory state, so v4 keeps them. 6 or 8 rows did about as well as 4, 1 and 3 less well,
-// 2 rows worse than the tiles. bf16 widened in such a loop (4 or 8 rows) ran 12-30% below the
-// tiles on both levels (docs/performance.md, "2026-12-07, night").
-void gemv_f32_rows(const float* x, const uint8_t* w, int64_t kk, int64_t r0, int64_t r1, const float* bias, float* y) {
-  constexpr int kRows = 4;
-  for (int64_t j = r0; j < r1;) {
-    const int rows = r1 - j >= kRows ? kRows : 1;  // the last rows of the share one at a time
-    if (rows == kRows) dot_rows<kRows, DType::kF32>(x, w + j * row_bytes<DType::kF32>(kk), kk, y + j);
-    else dot_rows<1, DType::kF32>(x, w + j * row_bytes<DType::kF32>(kk), kk, y + j);
-    for (int r = 0; r < rows && bias; ++r) y[j + r] += bias[j + r];
-    j += rows;
+// One row of x (decode) against float W read in place: the thread's share of rows [r0, r1) cut
+// in two halves, row j of the first half read together with row j of the second (dot_rows over
+// two rows half a share apart), each over its whole K. That makes two sequential streams of W
+// per thread, and two independent accumulator chains: one row's 16 lanes are a chain of
+// dependent FMAs, so one row at a time waits on FMA latency where W is in cache, and rows next
+// to each other (the 4- and 8-row tiles) read memory as many short streams. The operations per
+// output are the generic level's, so the bits are too. One decode step's products of the 100M
+// model (49 matrices; the ways alternating call by call in one process through a temporary
+// switch; AMD EPYC Zen 5, 2 vCPUs), against the tiles (v3 f32: its earlier 4 adjacent rows):
+// cold weights, two threads 1.15-1.26x (f32, bf16, f16; v4 f16 1.03x), one thread 1.29-1.44x;
+// one layer's weights (in L3) 1.14-1.40x; faster in 18-20 of every 20 rounds (v4 f16 cold: 12)
+// (performance.md, "2026-12-08"). One row at a time: 0.85-1.27x the tiles; four far-apart rows:
+// 0.89-1.26x two.
+template <DType T>
+void gemv_rows(const float* x, const uint8_t* w, int64_t kk, int64_t r0, int64_t r1, const float* bias, float* y) {
+  const int64_t half = (r1 - r0) / 2, rb = row_bytes<T>(kk);
+  for (int64_t j = r0; j < r0 + half; ++j) {
+    float s[2];
+    dot_rows<2, T>(x, w + j * rb, half * rb, kk, s);
+    y[j] = bias ? s[0] + bias[j] : s[0];
+    y[j + half] = bias ? s[1] + bias[j + half] : s[1];
+  }
+  if (const int64_t j = r0 + 2 * half; j < r1) {  // an odd share's last row
+    float s;
+    dot_rows<1, T>(x, w + j * rb, rb, kk, &s);
+    y[j] = bias ? s + bias[j] : s;
   }
 }
 
@@ -204,8 +213,8 @@ void linear_invariant(const float* x, int64_t m, const WeightView& w, const floa
     const int t = omp_get_thread_num(), nt = omp_get_num_threads();
     // A contiguous share of whole groups per thread (the partition never affects values).
     const int64_t r0 = std::min(n, groups * t / nt * kGroup), r1 = std::min(n, groups * (t + 1) / nt * kGroup);
-    if (T == DType::kF32 && m == 1 && kF32DecodeInRows) {
-      gemv_f32_rows(x, wb, kk, r0, r1, bias, y);
+    if (m == 1 && kDecodeInRows && (T == DType::kF32 || T == DType::kBF16 || T == DType::kF16)) {
+      gemv_rows<T>(x, wb, kk, r0, r1, bias, y);
     } else if (!pack) {
       const int64_t tiles = num_tiles(m);
       // Decode (and f32 decode batches): W read in place, a group of rows at a time over the
