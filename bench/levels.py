@@ -137,6 +137,10 @@ def main():
     a = ap.parse_args()
     if a.rounds < 1:
         ap.error("--rounds must be at least 1")
+    for tool in ["src/astrai", "bench/forward_bench"] + (["bench/train_bench"] if a.train else []):
+        if not os.access(os.path.join(a.build, tool), os.X_OK):
+            sys.exit(f"levels.py: no {os.path.join(a.build, tool)}: build the release preset with its benches first "
+                     "(cmake --preset release && cmake --build --preset release)")
     levels = a.levels.split(",") if a.levels else levels_of(a.build)
     dtypes = ["f32", "bf16"] if a.dtype == "both" else [a.dtype]
     fwd = [os.path.join(a.build, "bench", "forward_bench"), "--quick", "--dtype", a.dtype, "--decode-batches", "1,32",
