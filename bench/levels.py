@@ -67,7 +67,7 @@ def parse_forward(out):
         cells = [c.split() for c in line.split("|")]
         if dtype is None or not cells[0] or not all(x.isdigit() for x in cells[0]):
             continue
-        if len(cells) == 4 and len(cells[0]) == 2 and cells[0] == ["1", "512"]:  # prefill batch 1 x 512
+        if len(cells) == 4 and cells[0] == ["1", "512"]:  # prefill batch 1 x 512
             r[dtype]["prefill_pct"] = float(cells[3][0].rstrip("%"))
             r[dtype]["blas_gflops"] = float(cells[2][0])
         elif len(cells) == 3 and len(cells[0]) == 1:  # decode: batch | ms/step tok/s | GB/s %copy
@@ -85,8 +85,13 @@ def fmt(v, spec, suffix=""):
     return "n/a" if v is None else format(v, spec) + suffix
 
 
-def verdict(ok):
-    return "n/a" if ok is None else ("met" if ok else "not met")
+def ratio32(r, d):
+    """Batch-32 tokens/s over batch-1 tokens/s."""
+    return r[d]["decode"][32][0] / r[d]["decode"][1][0]
+
+
+def met(ok):
+    return "met" if ok else "not met"
 
 
 def table(round_no, results, levels, dtypes, train):
@@ -94,37 +99,28 @@ def table(round_no, results, levels, dtypes, train):
     print("| | " + " | ".join(levels) + " |")
     print("|---|" + "---|" * len(levels))
     rows = [("copy probe (read + write) / streaming read",
-             [f"{r['probe'][0]:.1f} / {r['probe'][1]:.1f} GB/s" for r in results])]
-    rows.append(("OpenBLAS GEMM on the prefill shapes (its kernels)",
-                 [f"{r[dtypes[0]]['blas_gflops']:.0f} GFLOP/s ({r['blas']})" for r in results]))
+             [f"{r['probe'][0]:.1f} / {r['probe'][1]:.1f} GB/s" for r in results]),
+            ("OpenBLAS GEMM on the prefill shapes (its kernels)",
+             [f"{r[dtypes[0]]['blas_gflops']:.0f} GFLOP/s ({r['blas']})" for r in results])]
     for d in dtypes:
-        rows.append((f"prefill 1 x 512, {d} weights: % of OpenBLAS",
-                     [fmt(r[d]["prefill_pct"], ".0f", "%") for r in results]))
+        rows.append((f"prefill 1 x 512, {d} weights: % of OpenBLAS", [f"{r[d]['prefill_pct']:.0f}%" for r in results]))
     for d in dtypes:
-        cells = []
-        for r in results:
-            b1 = r[d]["decode"].get(1)
-            cells.append("n/a" if b1 is None else f"{b1[1]:.1f} GB/s ({b1[2]:.0f}%)")
-        rows.append((f"decode batch 1, {d} weights: weights read at (% of the probe)", cells))
+        rows.append((f"decode batch 1, {d} weights: weights read at (% of the probe)",
+                     [f"{r[d]['decode'][1][1]:.1f} GB/s ({r[d]['decode'][1][2]:.0f}%)" for r in results]))
     for d in dtypes:
-        cells = []
-        for r in results:
-            b1, b32 = r[d]["decode"].get(1), r[d]["decode"].get(32)
-            cells.append("n/a" if not b1 or not b32 else f"{b32[0] / b1[0]:.1f}x")
-        rows.append((f"decode batch 32 / batch 1, {d} weights", cells))
+        rows.append((f"decode batch 32 / batch 1, {d} weights", [f"{ratio32(r, d):.1f}x" for r in results]))
     if train:
-        rows.append(("training, small model: ours / PyTorch (wall)", [fmt(r.get("train"), ".2f", "x") for r in results]))
+        rows.append(("training, small model: ours / PyTorch (wall)",
+                     [fmt(r["train"], ".2f", "x") for r in results]))  # n/a: PyTorch failed (train_bench says why)
     for name, cells in rows:
         print(f"| {name} | " + " | ".join(cells) + " |")
     if "v3" in levels:
         r = results[levels.index("v3")]
         print("\nv3 against the aims of the levels issue:")
         for d in dtypes:
-            pct = r[d]["prefill_pct"]
-            b1, b32 = r[d]["decode"].get(1), r[d]["decode"].get(32)
-            print(f"- {d}: prefill {verdict(None if pct is None else pct >= AIM_PREFILL)} (>= {AIM_PREFILL:.0f}%), "
-                  f"batch-1 decode {verdict(None if not b1 else b1[2] >= AIM_DECODE)} (>= {AIM_DECODE:.0f}% of the probe), "
-                  f"batch 32 {verdict(None if not b1 or not b32 else b32[0] / b1[0] >= AIM_BATCH)} (>= {AIM_BATCH:.0f}x batch 1)")
+            print(f"- {d}: prefill {met(r[d]['prefill_pct'] >= AIM_PREFILL)} (>= {AIM_PREFILL:.0f}%), "
+                  f"batch-1 decode {met(r[d]['decode'][1][2] >= AIM_DECODE)} (>= {AIM_DECODE:.0f}% of the probe), "
+                  f"batch 32 {met(ratio32(r, d) >= AIM_BATCH)} (>= {AIM_BATCH:.0f}x batch 1)")
 
 
 def main():
@@ -155,8 +151,9 @@ def main():
             print(f"round {rnd}, {lv} ...", file=sys.stderr, flush=True)
             r = parse_forward(run(fwd, lv))
             for d in dtypes:
-                if d not in r or r[d]["prefill_pct"] is None:
-                    sys.exit(f"levels.py: forward_bench printed no {d} prefill row for 1 x 512 at {lv}")
+                if d not in r or r[d]["prefill_pct"] is None or not {1, 32} <= r[d]["decode"].keys():
+                    sys.exit(f"levels.py: forward_bench printed no {d} prefill row for 1 x 512 or decode rows "
+                             f"for batches 1 and 32 at {lv}")
             if a.train:
                 r["train"] = parse_train(run([os.path.join(a.build, "bench", "train_bench"), "small", "5", "2"], lv))
             results.append(r)

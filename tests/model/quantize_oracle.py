@@ -343,8 +343,9 @@ def test_activations_option(q):
               % r.stderr.strip()[-120:])
     finally:
         os.environ["ASTRAI_ACTIVATIONS"] = saved
-        os.environ.pop("ASTRAI_CPU_VNNI", None)
-        if saved_vnni is not None:
+        if saved_vnni is None:
+            os.environ.pop("ASTRAI_CPU_VNNI", None)
+        else:
             os.environ["ASTRAI_CPU_VNNI"] = saved_vnni
 
 

@@ -258,9 +258,10 @@ void linear_invariant(const float* x, int64_t m, const WeightView& w, const floa
           pack_block<T>(wb + j * row_bytes<T>(kk), kk, nr, k0, kc, small);
           // The next group's share for this K block goes out spread over the row tiles, as in
           // the in-place path, not in one burst ahead of the first tile (384 lines at K = 768,
-          // f32; a burst can fill the core's queue of misses while that tile runs). Products of one decode step of the 100M model, 32 rows, alternating in
-          // one process (AMD EPYC Zen 5, 2 threads): f32 v3 1.06-1.11x, bf16 v3 1.15x, bf16 v4
-          // 1.19x (faster in 14-20 of every 16-20 rounds).
+          // f32; a burst can fill the core's queue of misses while that tile runs). Products of
+          // one decode step of the 100M model, 32 rows, alternating in one process (AMD EPYC
+          // Zen 5, 2 threads): f32 v3 1.06-1.11x, bf16 v3 1.15x, bf16 v4 1.19x (faster in 14-20
+          // of every 16-20 rounds).
           const int64_t tiles = num_tiles(m), lines = kGroup * row_bytes<T>(kc) / 64;
           const char* pf = next ? next + kGroup * row_bytes<T>(k0) : nullptr;
           for (int64_t i = 0, mr, ti = 0; i < m; i += mr, ++ti) {
